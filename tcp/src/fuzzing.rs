@@ -27,6 +27,7 @@
 //!   octets and raises the same events, step by step.
 
 use std::collections::VecDeque;
+use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Unstructured};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
@@ -58,6 +59,79 @@ fn peer_octet(seq: u32) -> u8 {
 /// Byte `off` of our user's stream.
 fn user_octet(off: u64) -> u8 {
     (off.wrapping_mul(0x85eb_ca6b) >> 13) as u8 ^ 0x5a
+}
+
+/// [`peer_octet`] repeats every 2^19 sequence numbers (its octet is bits 11-18 of `seq *
+/// 0x9e37_79b9`, which depend on `seq` mod 2^19 alone; 2^32 is a multiple, so the
+/// sequence space's wrap keeps the period), [`user_octet`] every 2^21 offsets (bits 13-20
+/// of the product): one period of each, computed once per process (a pure function of the
+/// index, the same for every input), lets payloads be copied and the checks compare slices
+/// instead of calling the function octet by octet, which under the fuzzer's instrumentation
+/// (a coverage and comparison callback per iteration) cost a large share of each input.
+const PEER_PERIOD: usize = 1 << 19;
+/// See [`PEER_PERIOD`].
+const USER_PERIOD: usize = 1 << 21;
+
+fn peer_table() -> &'static [u8] {
+    static T: OnceLock<Box<[u8]>> = OnceLock::new();
+    T.get_or_init(|| (0..PEER_PERIOD as u32).map(peer_octet).collect())
+}
+
+fn user_table() -> &'static [u8] {
+    static T: OnceLock<Box<[u8]>> = OnceLock::new();
+    T.get_or_init(|| (0..USER_PERIOD as u64).map(user_octet).collect())
+}
+
+/// Calls `f(at, run)` for consecutive runs of `table` (one period of a periodic stream)
+/// that together are the `len` octets of the stream from index `start`: `at` is the run's
+/// offset in those `len` octets.
+fn periodic_runs(table: &[u8], start: usize, len: usize, mut f: impl FnMut(usize, &[u8])) {
+    let mut at = 0;
+    let mut i = start % table.len();
+    while at < len {
+        let n = (table.len() - i).min(len - at);
+        f(at, &table[i..i + n]);
+        at += n;
+        i = 0;
+    }
+}
+
+/// `dst` := the peer's octets from sequence number `seq` on (each [`peer_octet`]).
+fn fill_peer(seq: u32, dst: &mut [u8]) {
+    periodic_runs(peer_table(), seq as usize, dst.len(), |at, run| {
+        dst[at..at + run.len()].copy_from_slice(run);
+    });
+}
+
+/// `dst` := our user's octets from stream offset `off` on (each [`user_octet`]).
+fn fill_user(off: u64, dst: &mut [u8]) {
+    let start = (off % USER_PERIOD as u64) as usize;
+    periodic_runs(user_table(), start, dst.len(), |at, run| {
+        dst[at..at + run.len()].copy_from_slice(run);
+    });
+}
+
+/// The first octet of `d` that is not the periodic stream of `table` from `start` on.
+fn first_mismatch(table: &[u8], start: usize, d: &[u8]) -> Option<usize> {
+    let mut bad = None;
+    periodic_runs(table, start, d.len(), |at, run| {
+        let got = &d[at..at + run.len()];
+        if bad.is_none() && got != run {
+            bad = got
+                .iter()
+                .zip(run)
+                .position(|(a, b)| a != b)
+                .map(|k| at + k);
+        }
+    });
+    bad
+}
+
+/// The peer's payload of `len` octets from sequence number `start`.
+fn peer_payload(start: u32, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    fill_peer(start, &mut v);
+    v
 }
 
 #[derive(Debug, Default)]
@@ -229,9 +303,7 @@ fn build(seg: &Seg, side: &Side, dst_port: u16, src_port: u16) -> (TcpRepr<'stat
     };
     // The first payload octet follows the SYN, which occupies one sequence number.
     let start = (seq.0 as u32).wrapping_add(u32::from(control == TcpControl::Syn));
-    let payload: Vec<u8> = (0..len as u32)
-        .map(|k| peer_octet(start.wrapping_add(k)))
-        .collect();
+    let payload = peer_payload(start, len);
     let mut sack = [None; 3];
     for (i, s) in seg.sack.iter().enumerate() {
         if let Some((off, l)) = s {
@@ -428,12 +500,13 @@ fn check_output(f: &[u8], passive: &mut Side, active: &mut Side, arp_due: &mut b
         "stack sent octets up to {end}, the user wrote {}",
         side.written
     );
-    for (k, &b) in t.payload.iter().enumerate() {
+    let start = (first as u64 % USER_PERIOD as u64) as usize;
+    if let Some(k) = first_mismatch(user_table(), start, t.payload) {
+        let off = first as u64 + k as u64;
         assert_eq!(
-            b,
-            user_octet(first as u64 + k as u64),
-            "octet {} of our stream went out altered",
-            first as u64 + k as u64
+            t.payload[k],
+            user_octet(off),
+            "octet {off} of our stream went out altered"
         );
     }
     side.our_seen = side.our_seen.max(end);
@@ -501,6 +574,8 @@ fn run(data: &[u8]) -> Vec<Shown> {
     // External records of each side (written by `fill` at every transmission), and the
     // last token reported acknowledged: none may be asked for after that.
     let (mut ext_p, mut ext_a) = (Ext::default(), Ext::default());
+    // Read once a run: an environment lookup at every step took a lock and a copy.
+    let trace = std::env::var_os("WC_FUZZ_TRACE").is_some();
     // The peer's MAC is known from the start, as after any exchange.
     stack.device_mut().rx.push_back(arp_reply());
     for step in 0..256u32 {
@@ -516,7 +591,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
                 side.peer_base = Some(start);
             }
         }
-        if std::env::var_os("WC_FUZZ_TRACE").is_some() {
+        if trace {
             eprintln!("op {op:?} passive {passive:?} active {active:?}");
         }
         let mut nobody = Side::default();
@@ -573,9 +648,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
                 };
                 let repr = well_formed(side, dst, src, TcpControl::Psh, true);
                 let start = repr.seq_number.0 as u32;
-                let payload: Vec<u8> = (0..u32::from(len % 1461))
-                    .map(|k| peer_octet(start.wrapping_add(k)))
-                    .collect();
+                let payload = peer_payload(start, usize::from(len % 1461));
                 side.peer_next += payload.len() as u64;
                 stack.device_mut().rx.push_back(frame(&repr, &payload));
             }
@@ -592,9 +665,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
                         let n = usize::from(n);
                         let write = |buf: &mut [u8]| {
                             let k = buf.len().min(n);
-                            for (i, b) in buf[..k].iter_mut().enumerate() {
-                                *b = user_octet(off + i as u64);
-                            }
+                            fill_user(off, &mut buf[..k]);
                             k
                         };
                         // Odd sizes are records (an FPDU's way in: the MPA-aligned sender),
@@ -660,9 +731,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
                                 failed_at = Some(token);
                                 return false;
                             }
-                            for (k, b) in dst.iter_mut().enumerate() {
-                                *b = user_octet(start + (at + k) as u64);
-                            }
+                            fill_user(start + at as u64, dst);
                             true
                         });
                         // Those before a failed one are the connection's now (records are
@@ -724,9 +793,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
             if token.is_multiple_of(29) {
                 return None;
             }
-            for (k, b) in dst.iter_mut().enumerate() {
-                *b = user_octet(start + (at + k) as u64);
-            }
+            fill_user(start + at as u64, dst);
             Some(if want { crate::csum::sum(dst) } else { 0 })
         };
         stack.poll_with_fill(
@@ -833,11 +900,11 @@ fn check_delivered(base: Option<TcpSeqNumber>, off: u64, d: &[u8]) {
         return;
     }
     let base = base.expect("octets delivered before our stack ACKed a SYN");
-    for (i, &b) in d.iter().enumerate() {
-        let seq = (base.0 as u32).wrapping_add((off + i as u64) as u32);
+    let seq = (base.0 as u32).wrapping_add(off as u32);
+    if let Some(i) = first_mismatch(peer_table(), seq as usize, d) {
         assert_eq!(
-            b,
-            peer_octet(seq),
+            d[i],
+            peer_octet(seq.wrapping_add(i as u32)),
             "octet {} of the peer's stream delivered altered",
             off + i as u64
         );
@@ -863,4 +930,45 @@ fn arp_reply() -> Vec<u8> {
     .emit(&mut eth);
     repr.emit(&mut ArpPacket::new_unchecked(eth.payload_mut()));
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The periods the tables rely on: each function is its table, across the period's
+    /// end and the sequence space's wrap, and the slice check finds the octet the
+    /// octet-by-octet one did.
+    #[test]
+    fn the_octet_tables_are_the_octet_functions() {
+        for seq in (0..4 * PEER_PERIOD as u32)
+            .step_by(4099)
+            .chain([u32::MAX - 3])
+        {
+            let mut d = [0u8; 9];
+            fill_peer(seq, &mut d);
+            for (k, &b) in d.iter().enumerate() {
+                assert_eq!(b, peer_octet(seq.wrapping_add(k as u32)), "seq {seq} + {k}");
+            }
+        }
+        for off in (0..3 * USER_PERIOD as u64)
+            .step_by(16_411)
+            .chain([u64::MAX - 3])
+        {
+            let mut d = [0u8; 9];
+            fill_user(off, &mut d);
+            for (k, &b) in d.iter().enumerate() {
+                assert_eq!(
+                    b,
+                    user_octet(off.wrapping_add(k as u64)),
+                    "offset {off} + {k}"
+                );
+            }
+        }
+        let seq = PEER_PERIOD as u32 - 2;
+        let mut d = peer_payload(seq, 5);
+        assert_eq!(first_mismatch(peer_table(), seq as usize, &d), None);
+        d[3] ^= 1;
+        assert_eq!(first_mismatch(peer_table(), seq as usize, &d), Some(3));
+    }
 }
