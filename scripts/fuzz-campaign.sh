@@ -122,7 +122,7 @@ for t in "${targets[@]}"; do
     if [ -s "$work/cmin.log" ] && grep -q "MERGE-OUTER: .* new files" "$work/cmin.log"; then
         # Hand-made seeds and named reproducers (any name that is not libFuzzer's 40-hex
         # SHA-1) stay whatever cmin says: tests and documents refer to them by name.
-        find "$corpus" -maxdepth 1 -type f ! -regex '.*/[0-9a-f]\{40\}' \
+        find "$corpus" -maxdepth 1 -regextype posix-basic -type f ! -regex '.*/[0-9a-f]\{40\}' \
             -exec cp -n {} "$work/corpus/" \;
         rm -rf "$corpus"
         mkdir -p "$corpus"

@@ -245,6 +245,10 @@ fi
 mkdir -p "$work/fz/bin" "$work/fz/tree/scripts" "$work/fz/tree/fuzz/corpus/engine_rx"
 cp scripts/test-fuzz.sh "$work/fz/tree/scripts/"
 echo seed >"$work/fz/tree/fuzz/corpus/engine_rx/seed"
+# Five libFuzzer-named inputs besides the named seed: a sample of 2 starts from 3 files.
+for i in 1 2 3 4 5; do
+    echo "$i" >"$work/fz/tree/fuzz/corpus/engine_rx/$(echo "$i" | sha1sum | cut -c1-40)"
+done
 cat >"$work/fz/bin/cargo" <<'EOF'
 #!/bin/sh
 case "$1 $2" in
@@ -267,7 +271,7 @@ fz() { # fz SECONDS ENV...: the copy of test-fuzz.sh on the stand-ins; prints it
         >"$work/fz/out.log" 2>&1
     echo $?
 }
-fz_good=$(fz 1 FZ_TARGETS=engine_rx FZ_TESTS=1 CI=)
+fz_good=$(fz 1 FZ_TARGETS=engine_rx FZ_TESTS=1 CI= SMOKE_CORPUS_SAMPLE=2)
 fz_good_out=$(cat "$work/fz/out.log")
 fz_notest=$(fz 1 FZ_TARGETS=engine_rx FZ_TESTS=0 CI=)
 fz_none=$(fz 1 FZ_TARGETS= FZ_TESTS=1 CI=)
@@ -276,12 +280,14 @@ fz_zero_out=$(cat "$work/fz/out.log")
 fz_zero_ci=$(fz 0 CI=true)
 if [[ $fz_good != 0 ]]; then
     bad "test-fuzz.sh fails what it did not run" "every stand-in clean: exit $fz_good: $(tail -n 2 <<<"$fz_good_out" | tr '\n' ' ')"
+elif ! grep -q "engine_rx for 1s (3 of 6 corpus files)" <<<"$fz_good_out"; then
+    bad "test-fuzz.sh fails what it did not run" "SMOKE_CORPUS_SAMPLE=2 of 5 hashed inputs and a named seed: not 3 of 6 files: $(grep -m1 'engine_rx for' <<<"$fz_good_out")"
 elif [[ $fz_notest == 0 || $fz_none == 0 || $fz_zero_ci == 0 ]]; then
     bad "test-fuzz.sh fails what it did not run" "exit 0 on:$([[ $fz_notest != 0 ]] || echo " a planted-defect test that did not run;")$([[ $fz_none != 0 ]] || echo " no target;")$([[ $fz_zero_ci != 0 ]] || echo " 0 seconds with CI=true")"
 elif [[ $fz_zero != 0 ]] || ! grep -q "did NOT run" <<<"$fz_zero_out"; then
     bad "test-fuzz.sh fails what it did not run" "0 seconds outside CI: exit $fz_zero: $fz_zero_out"
 else
-    ok "test-fuzz.sh fails what it did not run" "exit $fz_notest on 0 tests run, $fz_none on no target, $fz_zero_ci on 0 s with CI=true; 0 s outside CI says it did NOT run"
+    ok "test-fuzz.sh fails what it did not run" "exit $fz_notest on 0 tests run, $fz_none on no target, $fz_zero_ci on 0 s with CI=true; 0 s outside CI says it did NOT run; a sample of 2 kept the named seed: 3 of 6 files"
 fi
 
 # ---- fuzz_campaign_unrun: fuzz-campaign.sh fails a target whose run fuzzed nothing,
@@ -295,10 +301,20 @@ fct=hfc$$
 mkdir -p "$work/fc/bin" "$work/fc/tree/scripts" "$work/fc/tree/fuzz/corpus/$fct"
 cp scripts/fuzz-campaign.sh "$work/fc/tree/scripts/"
 echo seed >"$work/fc/tree/fuzz/corpus/$fct/seed"
+for i in 1 2 3; do
+    echo "$i" >"$work/fc/tree/fuzz/corpus/$fct/$(echo "$i" | sha1sum | cut -c1-40)"
+done
 cat >"$work/fc/bin/cargo" <<'EOF'
 #!/bin/sh
 case "$1 $2" in
-    "fuzz build" | "fuzz cmin") ;;
+    "fuzz build") ;;
+    # As libFuzzer's merge: keeps one of the libFuzzer-named inputs and drops the named seed
+    # (the campaign must put the named ones back, and only those).
+    "fuzz cmin")
+        for d; do :; done
+        ls "$d" | grep -E '^[0-9a-f]{40}$' | tail -n +2 | while read -r f; do rm -f "$d/$f"; done
+        rm -f "$d/seed"
+        echo "MERGE-OUTER: 1 new files with 10 new features added; 10 new coverage edges" ;;
     "fuzz run")
         case $FC_RUN in
             ok) echo "#4096: cov: 10 ft: 20 corp: 1 exec/s 4096 oom/timeout/crash: 0/0/0 time: 1s job: 1 dft_time: 0" ;;
@@ -316,6 +332,7 @@ fc() { # fc FC_RUN: the copy of fuzz-campaign.sh (0.01 minutes, one job) on the 
 }
 fc_ok_out=$(fc ok)
 fc_ok=$?
+fc_kept=$(ls "$work/fc/tree/fuzz/corpus/$fct" | sort | tr '\n' ' ')
 fc_fail_out=$(fc fail)
 fc_fail=$?
 # Stopped (SIGTERM) while its run runs: nothing of it may stay in /tmp.
@@ -333,6 +350,10 @@ fc_left=$(compgen -G "/tmp/wcfuzz-$fct.*")
 rm -rf /tmp/wcfuzz-"$fct".*
 if ((fc_ok != 0)) || ! grep -qF "| $fct | 0.01 | 4096 |" <<<"$fc_ok_out"; then
     bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a clean run: exit $fc_ok: $(tail -n 3 <<<"$fc_ok_out" | tr '\n' ' ')"
+elif [[ $fc_kept != [0-9a-f]*" seed " || $(wc -w <<<"$fc_kept") != 2 ]]; then
+    # The named seeds were matched by a -regex of find's default (emacs) syntax, which has
+    # no \{40\}: every file counted as named and came back, undoing each minimisation.
+    bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "after a cmin that kept one of three libFuzzer-named inputs: the corpus holds '$fc_kept', not that one and the named seed"
 elif ((fc_fail == 0)) || ! grep -q "$fct.*fuzzed nothing" <<<"$fc_fail_out"; then
     bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a cargo fuzz run that failed at once: exit $fc_fail: $(tail -n 4 <<<"$fc_fail_out" | tr '\n' ' ')"
 elif [[ -z $fc_during ]]; then
@@ -340,7 +361,7 @@ elif [[ -z $fc_during ]]; then
 elif [[ -n $fc_left ]]; then
     bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "stopped mid-run (SIGTERM), it left $(tr '\n' ' ' <<<"$fc_left")in /tmp"
 else
-    ok "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a clean run: exit 0, 4096 execs; a run that failed at once: exit $fc_fail, named; stopped mid-run: its scratch corpus removed"
+    ok "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a clean run: exit 0, 4096 execs, the minimised corpus kept with its named seed; a run that failed at once: exit $fc_fail, named; stopped mid-run: its scratch corpus removed"
 fi
 
 # ---- scripts/lib/lossnet.sh's loss check (test-tcp-kernel.sh runs it after every case):
