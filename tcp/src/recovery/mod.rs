@@ -8,7 +8,8 @@
 //! * A scoreboard of the segments outstanding, in sequence order (RFC 6675's notions: SACKed,
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
-//!   a reordering window passed (6.2; min_RTT / 4, or none in recovery or with three
+//!   a reordering window passed (6.2; min_RTT / 4 (min_RTT a windowed minimum over 300 s,
+//!   6.2 step 1: `MinRtt`), or none in recovery or with three
 //!   segments SACKed until reordering is seen; one step of min_RTT / 4 wider for each round
 //!   trip that brought a D-SACK, for 16 recovery episodes, never beyond SRTT: step 4);
 //!   otherwise the reorder timer fires then. A
@@ -21,7 +22,8 @@
 //! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2);
 //!   each duplicate ACK takes a segment out of the pipe (RFC 5681 3.2's inflation, as
-//!   Linux's `tcp_add_reno_sack`), so new data and the next retransmissions flow. The first
+//!   Linux's `tcp_add_reno_sack`; never more than is outstanding, as its
+//!   `tcp_limit_reno_sacked`), so new data and the next retransmissions flow. The first
 //!   retransmission of a recovery episode goes out at once whatever the pipe (RFC 6675 5
 //!   (4.3)).
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
@@ -156,7 +158,8 @@ pub struct RecoveryStats {
     pub srtt_us: u64,
     /// RTT variation, microseconds.
     pub rttvar_us: u64,
-    /// Least RTT seen, microseconds.
+    /// RACK.min_RTT (RFC 8985 6.2 step 1): the least RTT of about the last 300 s (a windowed
+    /// minimum), microseconds.
     pub min_rtt_us: u64,
     /// Current RTO, microseconds.
     pub rto_us: u64,
@@ -284,6 +287,103 @@ const RTO_FALLBACK: Duration = Duration::from_secs(3);
 /// Consecutive RTOs after which the connection gives up (like Linux's tcp_retries2 = 15).
 pub const MAX_RTO_BACKOFFS: u32 = 15;
 
+/// RACK.min_RTT's window (RFC 8985 6.2 step 1): Linux's `tcp_min_rtt_wlen`, 300 s.
+const MIN_RTT_WINDOW_US: i64 = 300_000_000;
+
+/// RACK.min_RTT (RFC 8985 6.2 step 1): "a windowed min-filtered estimate of recent RTT
+/// measurements that can adapt when migrating to significantly longer paths rather than
+/// tracking a simple global minimum of all RTT measurements". A global minimum kept the
+/// reordering window (min_RTT / 4, step 4) and the plausibility bound of step 2 at a
+/// short path's values forever once the connection moved to a longer one. Kathleen
+/// Nichols' filter as Linux's `minmax_running_min` (lib/win_minmax.c) over
+/// [`MIN_RTT_WINDOW_US`]: the best, second and third choices, each no older than the one
+/// before, so that when the best leaves the window a choice from its later part takes its
+/// place. Test: `rack_min_rtt_is_a_windowed_minimum`.
+///
+/// The common sample (above the third choice, no sub-window step due) costs a compare and
+/// a time check ([`MinRtt::update`]); `due` is the earliest time the sub-window steps of
+/// `minmax_subwin_update` would change anything for such a sample. A sample equal to the
+/// third choice takes that path too and does not refresh the choices' times as Linux's
+/// `<=` would: the value stays, and the sub-window steps take fresh samples of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MinRtt {
+    /// (time in microseconds, RTT) of the best, second and third choices: values and
+    /// times non-decreasing; `Duration::MAX` before the first sample.
+    s: [(i64, Duration); 3],
+    /// In microseconds: a sample above `s[2]` after this runs the sub-window steps.
+    due: i64,
+}
+
+impl MinRtt {
+    const fn new() -> Self {
+        MinRtt {
+            s: [(0, Duration::MAX); 3],
+            due: i64::MAX,
+        }
+    }
+
+    /// The estimate (`None`: no sample yet).
+    #[inline(always)]
+    fn get(&self) -> Option<Duration> {
+        let v = self.s[0].1;
+        (v != Duration::MAX).then_some(v)
+    }
+
+    /// An RTT sample `rtt` taken at `now`.
+    #[inline(always)]
+    fn update(&mut self, now: Instant, rtt: Duration) {
+        let t = now.total_micros();
+        if rtt < self.s[2].1 || t > self.due {
+            self.update_slow(t, rtt);
+        }
+    }
+
+    /// Linux's `minmax_running_min` and `minmax_subwin_update`, then `due` again.
+    #[cold]
+    #[inline(never)]
+    fn update_slow(&mut self, t: i64, v: Duration) {
+        const WIN: i64 = MIN_RTT_WINDOW_US;
+        let val = (t, v);
+        let s = &mut self.s;
+        // A new minimum, or nothing left in the window: forget the earlier samples.
+        if v <= s[0].1 || t - s[2].0 > WIN {
+            *s = [val; 3];
+        } else {
+            if v <= s[1].1 {
+                s[1] = val;
+                s[2] = val;
+            } else if v <= s[2].1 {
+                s[2] = val;
+            }
+            let dt = t - s[0].0;
+            if dt > WIN {
+                // The best choice left the window: the second and third move up (twice
+                // if the second has left it too; the third has not, checked above).
+                *s = [s[1], s[2], val];
+                if t - s[0].0 > WIN {
+                    *s = [s[1], s[2], val];
+                }
+            } else if s[1].0 == s[0].0 && dt > WIN / 4 {
+                // A quarter of the window without a new second choice: take one from
+                // the second quarter.
+                s[1] = val;
+                s[2] = val;
+            } else if s[2].0 == s[1].0 && dt > WIN / 2 {
+                // Half the window without a new third choice: take one from the later half.
+                s[2] = val;
+            }
+        }
+        let step = if s[1].0 == s[0].0 {
+            WIN / 4
+        } else if s[2].0 == s[1].0 {
+            WIN / 2
+        } else {
+            WIN
+        };
+        self.due = s[0].0 + step;
+    }
+}
+
 /// The recovery state of one connection.
 #[derive(Debug, Clone)]
 pub struct Recovery {
@@ -295,7 +395,8 @@ pub struct Recovery {
     srtt: Option<Duration>,
     rttvar: Duration,
     rto: Duration,
-    min_rtt: Option<Duration>,
+    /// RACK.min_RTT (RFC 8985 6.2 step 1), windowed.
+    min_rtt: MinRtt,
     /// Consecutive RTOs since the last progress (an ACK of new data) or undo: the first
     /// of them keeps the state to restore (`Undo`, RFC 4015 3.1) and CUBIC's cwnd_prior.
     backoffs: u32,
@@ -479,7 +580,9 @@ impl RackPick {
     /// than RACK.min_RTT or the ACK's timestamp echo (`ts_rtt` ago) precedes its last
     /// transmission: it is plausible if sent no later than now - max(min_RTT, ts_rtt).
     /// `min_rtt` is RACK.min_RTT before the ACK; its own sample (step 1, taken after the
-    /// walks) may only lower it, so this bound never takes an implausible segment. The
+    /// walks) may only lower it (but when the windowed minimum's best choice leaves its
+    /// window at this ACK, `MinRtt`: then an earlier segment is judged by the estimate
+    /// of a moment before), so this bound takes no implausible segment. The
     /// most recently sent segment is judged again by the lowered one
     /// (`Recovery::rack_delivered`); an earlier resent one that only the lowered bound
     /// admits is passed over (a sample that is the ACK's new minimum, rare).
@@ -585,7 +688,7 @@ impl Recovery {
             srtt: None,
             rttvar: Duration::ZERO,
             rto: cfg.rto_initial,
-            min_rtt: None,
+            min_rtt: MinRtt::new(),
             backoffs: 0,
             unanswered_rtos: 0,
             cwnd: cfg.initial_window_segments.max(1) as usize * smss,
@@ -719,12 +822,19 @@ impl Recovery {
         // Linux's tcp_add_reno_sack and tcp_limit_reno_sacked: however many duplicates
         // arrive, the pipe counts the retransmissions in flight, and at least one segment
         // (the hole the duplicate ACKs point at) unless one awaits its retransmission.
-        let floor = if self.tally.lost > 0 {
+        pipe.saturating_sub(self.dup_sacked)
+            .max(self.in_flight_floor().min(pipe))
+    }
+
+    /// The least [`Self::in_flight`] counts, whatever the duplicate ACKs (without SACK):
+    /// the retransmissions in flight, and at least one segment (the hole the duplicate
+    /// ACKs point at) unless one awaits its retransmission.
+    fn in_flight_floor(&self) -> usize {
+        if self.tally.lost > 0 {
             self.tally.retx
         } else {
             self.tally.retx.max(self.smss)
-        };
-        pipe.saturating_sub(self.dup_sacked).max(floor.min(pipe))
+        }
     }
 
     /// Debug builds (the tests, the fuzz targets): the running sums match a recount.
@@ -778,7 +888,7 @@ impl Recovery {
         RecoveryStats {
             srtt_us: self.srtt.map_or(0, dur_us),
             rttvar_us: dur_us(self.rttvar),
-            min_rtt_us: self.min_rtt.map_or(0, dur_us),
+            min_rtt_us: self.min_rtt.get().map_or(0, dur_us),
             rto_us: dur_us(self.rto),
             cwnd: self.cwnd as u64,
             ssthresh: self.ssthresh.min(u64::MAX as usize) as u64,
@@ -1134,7 +1244,7 @@ impl Recovery {
         self.pto_at = Some(at.min(rto_at));
     }
 
-    fn sample_rtt(&mut self, r: Duration) {
+    fn sample_rtt(&mut self, now: Instant, r: Duration) {
         // RFC 6298 2.2 and 2.3, in microseconds; G (clock granularity) is 1 us.
         match self.srtt {
             None => {
@@ -1147,7 +1257,7 @@ impl Recovery {
                 self.srtt = Some((srtt * 7 + r) / 8);
             }
         }
-        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        self.min_rtt.update(now, r);
         let srtt = self.srtt.unwrap_or(r);
         let var = (self.rttvar * 4).max(Duration::from_micros(1));
         self.rto = (srtt + var).max(self.cfg.rto_min).min(self.cfg.rto_max);
@@ -1276,8 +1386,8 @@ impl Recovery {
         // `resent`, not `retransmitted`, which a retransmission marked lost again (or an
         // RTO) clears.
         let rtt = now - xmit;
-        let plausible =
-            !resent || (self.min_rtt.is_none_or_le(rtt) && ts_rtt.is_none_or(|r| now - r >= xmit));
+        let plausible = !resent
+            || (self.min_rtt.get().is_none_or_le(rtt) && ts_rtt.is_none_or(|r| now - r >= xmit));
         // Else the most recently sent one plausible by RACK.min_RTT before this ACK (the
         // ACK's own sample, run before, may only have lowered it, see `RackPick::new`).
         let (xmit, end) = match (plausible, pick.plausible) {
@@ -1290,7 +1400,7 @@ impl Recovery {
         // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 1, as Linux's
         // `tcp_update_rtt_min` takes the SACK RTT); a plausible sample of a resent segment
         // is not below it.
-        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.min_rtt.update(now, rtt);
         // RACK_sent_after (RFC 8985 6.2 step 2): a later transmission, or the same instant
         // (one burst) and a higher end. A segment of the RACK segment's burst below it,
         // delivered later (reordered), took RACK.end_seq down to its own end, and the
@@ -1328,7 +1438,7 @@ impl Recovery {
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         // The segments for RACK's update (no segment is SACKed: every one acknowledged).
-        let mut pick = RackPick::new(now, self.min_rtt, ts_rtt);
+        let mut pick = RackPick::new(now, self.min_rtt.get(), ts_rtt);
         let mut note = |s: &Seg| pick.note(s);
         // RFC 6298 3 (Karn): an ACK that covers a retransmission gives no sample at all
         // (see `on_ack_general`).
@@ -1371,7 +1481,7 @@ impl Recovery {
             }
         }
         if let Some(r) = ts_rtt.or(karn.filter(|_| !resent_acked)) {
-            self.sample_rtt(r);
+            self.sample_rtt(now, r);
             out.rtt_sample = Some(r);
         }
         self.rack_delivered(now, &pick, ts_rtt);
@@ -1429,7 +1539,7 @@ impl Recovery {
         let mut sacked_acked = 0;
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
-        let mut rack_pick = RackPick::new(now, self.min_rtt, ts_rtt);
+        let mut rack_pick = RackPick::new(now, self.min_rtt.get(), ts_rtt);
         // RFC 8985 6.2 step 3: a segment never retransmitted, newly delivered below the
         // highest sequence delivered before this ACK (RACK.fack), was reordered. (Against
         // the fack before the ACK: the order of deliveries within one ACK is unknown.)
@@ -1564,7 +1674,7 @@ impl Recovery {
         // RTT: the timestamp echo if there is one, else Karn's rule (RFC 6298 3).
         if progressed {
             if let Some(r) = ts_rtt.or(karn.filter(|_| !resent_acked)) {
-                self.sample_rtt(r);
+                self.sample_rtt(now, r);
                 out.rtt_sample = Some(r);
             }
         }
@@ -1592,7 +1702,15 @@ impl Recovery {
             // `prr_duplicate_acks_deliver_no_more_than_recover_fs`.
             let spent = !self.rto_recovery && self.prr.is_some_and(|p| p.delivered >= p.recover_fs);
             if !spent {
-                self.dup_sacked += self.smss;
+                // Never more than `in_flight` can take out of the pipe now (Linux's
+                // `tcp_limit_reno_sacked`, at every duplicate ACK): no RecoverFS bounds the
+                // count in an RTO's recovery, and the excess of a run of duplicates (ACK
+                // division, duplicated ACKs) was credit that hid the segments sent later
+                // from the pipe, so that once the RTO's losses were resent new data went
+                // out without bound. Test:
+                // `duplicate_acks_after_an_rto_take_out_no_more_than_was_outstanding`.
+                let most = self.tally.pipe - self.in_flight_floor().min(self.tally.pipe);
+                self.dup_sacked = (self.dup_sacked + self.smss).min(most.max(self.dup_sacked));
             }
             if self.dupacks == 3 {
                 if let Some(s) = self.segs.front_mut() {
@@ -1787,6 +1905,7 @@ impl Recovery {
         } else {
             let w = self
                 .min_rtt
+                .get()
                 .map_or(Duration::ZERO, |m| m / 4 * self.reo_wnd_mult);
             self.srtt.map_or(w, |s| w.min(s))
         };

@@ -1658,6 +1658,7 @@ impl Recovery {
         } else {
             let w = self
                 .min_rtt
+                .get()
                 .map_or(Duration::ZERO, |m| m / 4 * self.reo_wnd_mult);
             self.srtt.map_or(w, |s| w.min(s))
         };
@@ -2507,4 +2508,166 @@ fn prr_duplicate_acks_deliver_no_more_than_recover_fs() {
     r.on_ack(us(5_000), next, &[], None);
     assert!(r.prr.is_none() && r.recover.is_none());
     assert!(r.cwnd() >= r.ssthresh);
+}
+
+/// RFC 8985 6.2 step 1: "The sender SHOULD track a windowed min-filtered estimate of
+/// recent RTT measurements that can adapt when migrating to significantly longer paths
+/// rather than tracking a simple global minimum of all RTT measurements." A connection
+/// whose path goes from 1 ms to 20 ms keeps the 1 ms minimum for the window (300 s,
+/// Linux's `tcp_min_rtt_wlen`) and then takes the longer path's; the reordering window
+/// (min_RTT / 4, step 4) follows. With a global minimum it stayed at 250 us forever and
+/// a segment 3 ms late on the 20 ms path was resent spuriously.
+#[test]
+fn rack_min_rtt_is_a_windowed_minimum() {
+    let mut r = rtt_of_1_ms();
+    let mut seq = S + 1000;
+    let mut t = 10_000;
+    let rtt = 20_000;
+    while t < 302_000_000 {
+        r.on_sent(us(t), seq, 1000, false);
+        r.on_ack(
+            us(t + rtt),
+            seq + 1000,
+            &[],
+            Some(Duration::from_micros(20_000)),
+        );
+        seq += 1000;
+        if t < 290_000_000 {
+            assert_eq!(r.stats().min_rtt_us, 1_000, "within the window at {t} us");
+        }
+        t += 100_000;
+    }
+    assert_eq!(
+        r.stats().min_rtt_us,
+        20_000,
+        "RFC 8985 6.2 step 1: the 1 ms sample has left the window"
+    );
+    // Reordering seen (RFC 8985 6.2 step 3): the first segment arrives after the second.
+    send_n(&mut r, us(t), seq, 2);
+    r.on_ack(us(t + rtt), seq, &[(seq + 1000, seq + 2000)], None);
+    r.on_ack(us(t + rtt + 100), seq + 2000, &[], None);
+    assert!(r.reordering_seen);
+    seq += 2000;
+    t += 100_000;
+    // The next flight's second segment is 3 ms late: within min_RTT / 4 = 5 ms.
+    send_n(&mut r, us(t), seq, 5);
+    let o = r.on_ack(us(t + rtt), seq + 1000, &[(seq + 2000, seq + 5000)], None);
+    assert_eq!(o.lost_marked, 0);
+    assert_eq!(
+        r.poll_timeout(),
+        Some(us(t + rtt + 5_000)),
+        "the reorder timer waits min_RTT / 4 of the 20 ms path"
+    );
+    let o = r.on_ack(us(t + rtt + 3_000), seq + 5000, &[], None);
+    assert_eq!(o.lost_marked, 0);
+    assert_eq!(r.stats().retransmitted_segments, 0);
+    assert_eq!(r.next_retransmit(), None);
+}
+
+/// Linux's `minmax_running_min` (lib/win_minmax.c) as it is, every sample through every
+/// step: the reference [`MinRtt`]'s cheap path is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MinmaxReference {
+    s: [(i64, u64); 3],
+}
+
+impl MinmaxReference {
+    fn running_min(&mut self, win: i64, t: i64, v: u64) -> u64 {
+        let val = (t, v);
+        let s = &mut self.s;
+        if v <= s[0].1 || t - s[2].0 > win {
+            *s = [val; 3];
+            return v;
+        }
+        if v <= s[1].1 {
+            s[1] = val;
+            s[2] = val;
+        } else if v <= s[2].1 {
+            s[2] = val;
+        }
+        let dt = t - s[0].0;
+        if dt > win {
+            *s = [s[1], s[2], val];
+            if t - s[0].0 > win {
+                *s = [s[1], s[2], val];
+            }
+        } else if s[1].0 == s[0].0 && dt > win / 4 {
+            s[1] = val;
+            s[2] = val;
+        } else if s[2].0 == s[1].0 && dt > win / 2 {
+            s[2] = val;
+        }
+        s[0].1
+    }
+}
+
+proptest! {
+    /// [`MinRtt`] is Linux's windowed min filter: for samples of distinct values (an
+    /// equal one does not refresh the choices' times, see `MinRtt`) it keeps the same
+    /// choices and estimate after every sample, and the estimate is a sample of the last
+    /// window no greater than the latest sample.
+    #[test]
+    fn min_rtt_filter_is_linux_minmax_running_min(
+        steps in proptest::collection::vec((0i64..120_000_000, 1u64..1_000), 1..200),
+    ) {
+        let mut f = MinRtt::new();
+        let mut reference = MinmaxReference { s: [(0, u64::MAX); 3] };
+        let mut t = 0;
+        let mut seen: Vec<(i64, u64)> = Vec::new();
+        for (i, (dt, v)) in steps.into_iter().enumerate() {
+            t += dt;
+            // Distinct values.
+            let v = v * 1000 + i as u64;
+            f.update(Instant::from_micros(t), Duration::from_micros(v));
+            let want = reference.running_min(MIN_RTT_WINDOW_US, t, v);
+            prop_assert_eq!(f.get(), Some(Duration::from_micros(want)));
+            prop_assert_eq!(f.s.map(|(t, v)| (t, v.total_micros())), reference.s);
+            seen.push((t, v));
+            prop_assert!(want <= v);
+            prop_assert!(seen.iter().any(|&(st, sv)| sv == want && t - st <= MIN_RTT_WINDOW_US));
+        }
+    }
+}
+
+/// RFC 5681 3.1 / 3.2, RFC 9937 section 6.2: without SACK a duplicate ACK says a segment
+/// above the hole left the network, so it takes one out of the pipe (`in_flight`), never
+/// more than was outstanding (Linux's `tcp_limit_reno_sacked`). After an RTO, where no
+/// RecoverFS bounds the count (the RTO's recovery has no PRR), duplicate ACKs (an ACK
+/// storm: ACK division, a network that duplicates ACKs) each added a segment to the
+/// estimate whatever was outstanding; the excess was credit that hid the segments sent
+/// later from the pipe, and once every loss had been resent the sender sent new data
+/// without bound, cwnd notwithstanding.
+#[test]
+fn duplicate_acks_after_an_rto_take_out_no_more_than_was_outstanding() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    let mut now = fire_rto(&mut r);
+    assert_eq!(r.cwnd(), 1000);
+    let (seq, len) = r.next_retransmit().unwrap();
+    r.on_sent(now, seq, len, true);
+    for _ in 0..1000 {
+        now += Duration::from_micros(1);
+        r.on_ack(now, S + 1000, &[], None);
+    }
+    let mut next = S + 11_000;
+    for ack in [S + 2000, S + 4000, S + 8000] {
+        now += Duration::from_micros(100);
+        r.on_ack(now, ack, &[], None);
+        let mut sent = 0;
+        while r.send_allowance() >= 1000 && sent < 100 {
+            if let Some((seq, len)) = r.next_retransmit() {
+                r.on_sent(now, seq, len, true);
+            } else {
+                r.on_sent(now, next, 1000, false);
+                next += 1000;
+            }
+            sent += 1;
+        }
+        assert!(
+            sent * 1000 <= r.cwnd(),
+            "{sent} segments sent at once with cwnd {}",
+            r.cwnd()
+        );
+        assert!(r.in_flight() <= r.cwnd());
+    }
 }
