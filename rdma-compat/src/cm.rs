@@ -1274,6 +1274,8 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         if p.is_null() {
             return fail(EINVAL, -1);
         }
+        // The engine's QPs whose connections this id made.
+        let mine: Vec<QpId>;
         {
             let mut reg = registry();
             let port = reg
@@ -1282,6 +1284,12 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
                 .find(|(_, v)| **v == p as usize)
                 .map(|(k, _)| *k);
             reg.listeners.retain(|_, v| *v != p as usize);
+            mine = reg
+                .qps
+                .iter()
+                .filter(|(_, v)| **v == p as usize)
+                .map(|(k, _)| *k)
+                .collect();
             reg.qps.retain(|_, v| *v != p as usize);
             // SAFETY: p came from rdma_create_id or a connect request and is live.
             if let Some(port) = unsafe { &*p.cast::<Id>() }.lock().held.take() {
@@ -1306,7 +1314,7 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         // iw_cm ends it (`destroy_cm_id`): the peer learns at once. Unregistered first,
         // so the dispatcher reports nothing of it to the id. `id->qp`, not the id's own
         // record of a QP: the application may have made it (`ibv_create_qp`) and set it.
-        verbs::close_on_destroy_id(get!(me.qp));
+        verbs::close_on_destroy_id(get!(me.qp), &mine);
         // Unregistered, the id gets no new event from the dispatcher; those queued are
         // cancelled (rdma_destroy_id(3)): a listener's connection requests with the child
         // ids they made (destroying a child refuses its request).

@@ -2299,8 +2299,12 @@ fn live_qps() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>
 const EXIT_GRACEFUL: Duration = Duration::from_millis(200);
 
 /// How long [`close_at_exit`] lets the engine run once it is done, for its last segments
-/// (the ACK of the peer's FIN, a RST) to leave the port before the process ends.
-const EXIT_LINGER: Duration = Duration::from_millis(5);
+/// (the ACK of the peer's FIN, a RST) to leave the port before the process ends. The QP
+/// leaves Closing when its TCP enters TIME-WAIT, as the peer's FIN is processed; the ACK
+/// goes out in a later pass of the core: 50 ms, not 5, so that a core descheduled on a
+/// loaded host still sends it (else the peer sits in LAST-ACK resending its FIN until its
+/// TCP gives up).
+const EXIT_LINGER: Duration = Duration::from_millis(50);
 
 /// Closes every connection a QP of the process still holds, at its normal exit (`lib.rs`'s
 /// `close_at_exit`), as the kernel does for a process that exits with connected ids: the
@@ -2384,13 +2388,27 @@ pub(crate) fn close_at_exit(ctx: &wv::Context) {
 /// [`close_at_exit`] does. Nothing is freed: the QP is the application's to destroy,
 /// and its id is gone, so no event of this connection reaches any channel (the kernel
 /// reports none to a destroyed id). Does not wait: one command to the engine.
-pub(crate) fn close_on_destroy_id(qp: *mut ibv_qp) {
+///
+/// `mine`: the engine's QPs whose connections the id made (the registry's entries for it,
+/// taken before they were removed). `id->qp` may name a QP the application already
+/// destroyed (`ibv_destroy_qp` before `rdma_destroy_id` is allowed, and does not clear
+/// it), or, freed and allocated again, another connection's QP: only a QP still in
+/// [`live_qps`] (held until the end, so it is not freed meanwhile) whose engine QP the id
+/// connected is closed.
+pub(crate) fn close_on_destroy_id(qp: *mut ibv_qp, mine: &[wv::QpId]) {
     use wv::QpState as S;
-    // SAFETY: qp is NULL or a live QP of ours (the id being destroyed names it, and the
-    // application destroys it only after).
+    let live = live_qps();
+    if qp.is_null() || !live.contains(&(qp as usize)) {
+        return;
+    }
+    // SAFETY: a registered QP is live: `ibv_destroy_qp` takes it out under this lock,
+    // held until the end, before it frees it.
     let Some(q) = (unsafe { qp_ref(qp) }) else {
         return;
     };
+    if !mine.contains(&q.qp.id()) {
+        return;
+    }
     // Under the lock `ibv_modify_qp` holds across its moves (see `Qp::last_wqe`).
     let lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
     let closed = match q.qp.state() {
@@ -2402,6 +2420,7 @@ pub(crate) fn close_on_destroy_id(qp: *mut ibv_qp) {
         set_qp_state(qp, IBV_QPS_ERR);
     }
     drop(lw);
+    drop(live);
 }
 
 /// The live QPs that receive through an SRQ, by the engine's id (what the engine's
@@ -2825,6 +2844,9 @@ pub extern "C" fn __wc_ibv_query_qp(
             },
             wv::QpState::Connecting => IBV_QPS_RTR,
             wv::QpState::Rts => IBV_QPS_RTS,
+            // Closing after `rdma_destroy_id` ([`close_on_destroy_id`] set ERR, as the
+            // kernel's QP is in ERROR at once): ERR, not SQD.
+            wv::QpState::Closing if qp_state_field(qp) == IBV_QPS_ERR => IBV_QPS_ERR,
             wv::QpState::Closing => IBV_QPS_SQD,
             wv::QpState::Terminate | wv::QpState::Error => IBV_QPS_ERR,
         };

@@ -66,8 +66,9 @@ capture_verdict() {
         }
         END { printf "%d %d %d\n", mf, ex, o }' <<<"$errs")
     read -r CV_MALFORMED CV_EXPERT CV_OVERLAP <<<"$counts"
-    # One pass over the -V text: the frames (each begins with a "Frame N: " header, the only
-    # lines -V starts at the margin) and the good and bad CRCs counted, tshark's status after
+    # One pass over the -V text: the frames (each begins with a "Frame N: " header at the
+    # margin, as its protocols' top lines are; no other line starts "Frame " and a number)
+    # and the good and bad CRCs counted, tshark's status after
     # them on a line of its own (a marker -V never prints: its lines are frame headers or
     # indented).
     local vcounts
