@@ -12,18 +12,21 @@
 //!   6.2 step 1: `MinRtt`), or none in recovery or with three
 //!   segments SACKed until reordering is seen; one step of min_RTT / 4 wider for each round
 //!   trip that brought a D-SACK, for 16 recovery episodes, never beyond SRTT: step 4);
-//!   otherwise the reorder timer fires then. A
+//!   otherwise the reorder timer fires then, and an RTO due meanwhile waits for it (RFC
+//!   8985 8: the timers are mutually exclusive). A
 //!   tail loss is probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT (no probe in
 //!   recovery or while segments are SACKed, 7.2; with or without SACK); one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
 //!   that resent the tail and is answered repaired a loss and the window is reduced (7.4.2;
 //!   not when the ACK's timestamp echo shows that the original arrived, or a D-SACK in
 //!   it that both did).
-//! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
+//! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2; outside
+//!   recovery only: not in an episode nor after an RTO while SND.UNA is below `recover`,
+//!   RFC 6582 3.2 step 1 and section 4) and NewReno
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2);
 //!   each duplicate ACK takes a segment out of the pipe (RFC 5681 3.2's inflation, as
 //!   Linux's `tcp_add_reno_sack`; never more than is outstanding, as its
-//!   `tcp_limit_reno_sacked`), so new data and the next retransmissions flow. The first
+//!   `tcp_limit_reno_sacked`, at every ACK), so new data and the next retransmissions flow. The first
 //!   retransmission of a recovery episode goes out at once whatever the pipe (RFC 6675 5
 //!   (4.3)).
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
@@ -824,6 +827,23 @@ impl Recovery {
         // (the hole the duplicate ACKs point at) unless one awaits its retransmission.
         pipe.saturating_sub(self.dup_sacked)
             .max(self.in_flight_floor().min(pipe))
+    }
+
+    /// Linux's `tcp_limit_reno_sacked`: the duplicate ACKs' estimate (`dup_sacked`) counts
+    /// no more segments gone than are outstanding and not lost, less the least
+    /// [`Self::in_flight`] counts (`in_flight_floor`). A duplicate ACK raises it no further
+    /// (`on_ack_general`); what takes octets off the scoreboard or marks them lost lowers
+    /// the bound, and the estimate with it (Linux runs the limit at every cumulative ACK,
+    /// `tcp_check_reno_reordering`): a partial ACK takes one segment less off the estimate
+    /// than it covers (the hole, `tcp_remove_reno_sacks`) and then marks the next hole
+    /// lost (RFC 6582 3.2 step 3), so an estimate at its bound (duplicated ACKs, ACK
+    /// division) came out above what was left, and the excess hid the segments sent after
+    /// it from the pipe (RFC 9937 section 6, RFC 6675 pipe): a segment past cwnd for each.
+    /// Test: `a_partial_ack_leaves_no_duplicate_ack_credit_beyond_what_is_outstanding`.
+    #[cold]
+    fn limit_dup_sacked(&mut self) {
+        let most = self.tally.pipe - self.in_flight_floor().min(self.tally.pipe);
+        self.dup_sacked = self.dup_sacked.min(most);
     }
 
     /// The least [`Self::in_flight`] counts, whatever the duplicate ACKs (without SACK):
@@ -1712,7 +1732,17 @@ impl Recovery {
                 let most = self.tally.pipe - self.in_flight_floor().min(self.tally.pipe);
                 self.dup_sacked = (self.dup_sacked + self.smss).min(most.max(self.dup_sacked));
             }
-            if self.dupacks == 3 {
+            // RFC 6582 3.2 step 1: the third duplicate ACK starts a fast retransmit only
+            // when "the sender isn't already in fast recovery", and section 4: not after a
+            // retransmission timeout either while the ACKs lie below `recover` (the highest
+            // sequence sent when it fired; an RTO sets it, and it is cleared once SND.UNA
+            // reaches it, so `recover` set means below it). The front segment is then the
+            // episode's or the RTO's retransmission, in flight: marked lost again it went a
+            // second time (Linux marks the head lost by duplicate ACKs only before Recovery,
+            // `tcp_newreno_mark_lost`, and counts none in CA_Loss). Tests:
+            // `duplicate_acks_after_an_rto_do_not_resend_its_retransmission`,
+            // `no_second_fast_retransmit_within_a_newreno_episode`.
+            if self.dupacks == 3 && self.recover.is_none() {
                 if let Some(s) = self.segs.front_mut() {
                     if !s.lost && !s.sacked {
                         let before = *s;
@@ -1753,6 +1783,13 @@ impl Recovery {
         let tlp_loss = tlp_loss && self.recover.is_none();
         let delivered = (out.newly_acked - sacked_acked + out.newly_sacked + self.dup_sacked)
             .saturating_sub(dup0);
+        // The duplicate ACKs' estimate within what is outstanding again, now that this ACK
+        // took its octets off the scoreboard and marked its losses (after DeliveredData,
+        // which counts what the ACK delivered, as Linux's `tcp_remove_reno_sacks` counts
+        // `delivered` before its limit).
+        if self.dup_sacked > 0 {
+            self.limit_dup_sacked();
+        }
         if let Some(rec) = self.recover {
             if ack >= rec {
                 self.recover = None;
@@ -2526,6 +2563,26 @@ impl Recovery {
             self.resend_all_and_back_off(now, false);
             return TimeoutAction::Retransmit;
         }
+        if let Some(reo) = self.reorder_at {
+            // RFC 8985 8: the reordering timer, the PTO and the RTO are mutually exclusive,
+            // and "when arming a RACK reordering timer or TLP PTO timer, the sender SHOULD
+            // cancel any other pending timers" (Linux's reordering timer takes the RTO
+            // timer's place, commit 57dde7f70de3, and the RTO is armed again from its
+            // expiry). Here the three run side by side: an RTO due while a reordering
+            // window is open waits for it, and is restarted from the reordering timer's
+            // expiry, when RACK has marked what it finds lost (below) and that goes out.
+            // Without this, where RTTVAR had decayed on a steady path and the RTO (its
+            // floor, 5 ms, below SRTT) came to about SRTT, a flight's RTO started with its
+            // first segment expired before RACK.rtt + min_RTT / 4 had passed for a
+            // segment the network merely reordered: a spurious RTO where RACK would have
+            // waited (a tie, the two due at once, goes to RACK too). The timer only moves
+            // later while RACK has a segment to judge, which ends once its deadline has
+            // passed; a cold path (a timer's expiry). Test:
+            // `the_rto_waits_for_a_pending_reorder_timer`.
+            if self.rto_at.is_some_and(|t| t <= now) {
+                self.rto_at = Some(reo.max(now) + self.rto);
+            }
+        }
         if self.rto_at.is_some_and(|t| t <= now) {
             // RFC 6298 5.4-5.6 and RFC 5681 3.1; SACK information is discarded (RFC 2018 8:
             // the receiver may have reneged).
@@ -2579,6 +2636,11 @@ impl Recovery {
             self.resend_all_and_back_off(now, true);
             self.recover = self.high;
             self.rto_recovery = true;
+            // The duplicate ACKs so far said segments left the network before the RTO,
+            // which now takes everything for lost: their count starts again (Linux's
+            // `tcp_enter_loss` clears `sacked_out`; RFC 6582 4: the later ones start no fast
+            // retransmit while below `recover`, see the third duplicate ACK above).
+            self.dupacks = 0;
             self.dup_sacked = 0;
             self.retransmit_first = false;
             self.tlp_end = None;
@@ -2591,8 +2653,15 @@ impl Recovery {
         }
         if self.reorder_at.is_some_and(|t| t <= now) {
             self.reorder_at = None;
-            if self.detect_loss(now) > 0 && self.recover.is_none() {
-                self.enter_recovery(0);
+            if self.detect_loss(now) > 0 {
+                // What it marked lost is no longer outstanding for the duplicate ACKs'
+                // estimate (`limit_dup_sacked`).
+                if self.dup_sacked > 0 {
+                    self.limit_dup_sacked();
+                }
+                if self.recover.is_none() {
+                    self.enter_recovery(0);
+                }
             }
         }
         if self.pto_at.is_some_and(|t| t <= now) {

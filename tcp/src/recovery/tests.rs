@@ -2671,3 +2671,159 @@ fn duplicate_acks_after_an_rto_take_out_no_more_than_was_outstanding() {
         assert!(r.in_flight() <= r.cwnd());
     }
 }
+
+/// Whether the front entry awaits its retransmission.
+fn front_awaits_retransmit(r: &Recovery) -> bool {
+    r.segs.front().is_some_and(|s| s.awaits_retransmit())
+}
+
+/// RFC 6582 3.2 step 1 and section 4, RFC 6298 5.4: after a retransmission timeout the
+/// duplicate ACKs of the flight sent before it (`recover` records the highest sequence
+/// sent, and the cumulative ACK lies below it) trigger no fast retransmit: the RTO's
+/// retransmission of the front segment is in flight, and marking it lost again resends it
+/// spuriously (Linux counts no duplicate ACK towards a fast retransmit in CA_Loss, and
+/// `tcp_enter_loss` clears the count). Two duplicate ACKs before the RTO and one after, or
+/// three after it, resent the front segment a second time.
+#[test]
+fn duplicate_acks_after_an_rto_do_not_resend_its_retransmission() {
+    for before in [0, 2] {
+        let mut r = rec(Congestion::NewReno);
+        sample_then_send(&mut r, 10);
+        let mut now = us(2_500);
+        for _ in 0..before {
+            now += Duration::from_micros(10);
+            assert_eq!(r.on_ack(now, S + 1000, &[], None).lost_marked, 0);
+        }
+        now = fire_rto(&mut r);
+        let (seq, len) = r.next_retransmit().unwrap();
+        assert_eq!(seq, S + 1000);
+        r.on_sent(now, seq, len, true);
+        for _ in before..3 {
+            now += Duration::from_micros(10);
+            let o = r.on_ack(now, S + 1000, &[], None);
+            assert_eq!(o.lost_marked, 0, "{before} duplicate ACKs before the RTO");
+        }
+        assert!(
+            !front_awaits_retransmit(&r),
+            "{before} duplicate ACKs before the RTO: its retransmission marked lost again"
+        );
+        assert_eq!(r.stats().retransmitted_segments, 1);
+    }
+}
+
+/// RFC 6582 3.2 step 1: three duplicate ACKs start a fast retransmit only when "the sender
+/// isn't already in fast recovery". After a partial ACK (which resent the next hole, step
+/// 3, and restarted the count) three duplicate ACKs, drawn by segments the episode sent
+/// above the hole, marked that retransmission lost and sent it again (Linux's
+/// `tcp_newreno_mark_lost` marks the head in recovery only on a partial ACK).
+#[test]
+fn no_second_fast_retransmit_within_a_newreno_episode() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    // Segments 1 and 5 (of 1..=10) lost: 2, 3, 4 draw three duplicate ACKs.
+    let mut now = us(3_000);
+    let mut marked = 0;
+    for _ in 0..3 {
+        now += Duration::from_micros(10);
+        marked += r.on_ack(now, S + 1000, &[], None).lost_marked;
+    }
+    assert_eq!(marked, 1);
+    assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+    r.on_sent(now, S + 1000, 1000, true);
+    // 6..=10 draw five more.
+    for _ in 0..5 {
+        now += Duration::from_micros(10);
+        r.on_ack(now, S + 1000, &[], None);
+    }
+    // The retransmission of 1 arrives: a partial ACK up to 5, which is resent.
+    now += Duration::from_micros(500);
+    let o = r.on_ack(now, S + 5000, &[], None);
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.next_retransmit(), Some((S + 5000, 1000)));
+    r.on_sent(now, S + 5000, 1000, true);
+    // New segments the episode sent (11..=13) arrive before the retransmission of 5: three
+    // duplicate ACKs, which must not resend 5 again.
+    send_n(&mut r, now, S + 11_000, 3);
+    for _ in 0..3 {
+        now += Duration::from_micros(10);
+        let o = r.on_ack(now, S + 5000, &[], None);
+        assert_eq!(o.lost_marked, 0);
+    }
+    assert!(!front_awaits_retransmit(&r));
+    assert_eq!(r.next_retransmit(), None);
+    assert_eq!(r.stats().retransmitted_segments, 2);
+}
+
+/// RFC 5681 3.2, RFC 9937 section 6 (pipe) and Linux's `tcp_limit_reno_sacked`, which
+/// `tcp_check_reno_reordering` runs at every cumulative ACK too: without SACK the duplicate
+/// ACKs' estimate (`dup_sacked`) never counts more segments gone than are outstanding and
+/// not lost. The bound held only as a duplicate ACK raised the count; a partial ACK takes
+/// one segment less off it than it covers (the hole) and then marks the next hole lost
+/// (RFC 6582 3.2 step 3), so an estimate at its bound (a duplicated ACK, ACK division) came
+/// out above what was left, and the excess hid the segments sent after it from the pipe:
+/// the sender sent a segment more than cwnd for every such excess segment.
+#[test]
+fn a_partial_ack_leaves_no_duplicate_ack_credit_beyond_what_is_outstanding() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 6);
+    // Segments 1 and 5 (of 1..=6) lost: 2, 3, 4 draw three duplicate ACKs.
+    let mut now = us(3_000);
+    for _ in 0..3 {
+        now += Duration::from_micros(10);
+        r.on_ack(now, S + 1000, &[], None);
+    }
+    assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+    r.on_sent(now, S + 1000, 1000, true);
+    // 6 draws one more, and the network delivers one of the duplicate ACKs twice.
+    for _ in 0..2 {
+        now += Duration::from_micros(10);
+        r.on_ack(now, S + 1000, &[], None);
+    }
+    // The retransmission of 1 arrives: a partial ACK up to 5, which is lost, resent.
+    now += Duration::from_micros(500);
+    assert_eq!(r.on_ack(now, S + 5000, &[], None).lost_marked, 1);
+    assert_eq!(r.next_retransmit(), Some((S + 5000, 1000)));
+    r.on_sent(now, S + 5000, 1000, true);
+    // Outstanding: 5 (resent, in flight) and 6 (gone: its duplicate ACK). Two new segments.
+    send_n(&mut r, now, S + 7000, 2);
+    assert_eq!(r.in_flight(), 3000);
+}
+
+/// RFC 8985 8: the reordering timer, the PTO and the RTO "are mutually exclusive": "when
+/// arming a RACK reordering timer or TLP PTO timer, the sender SHOULD cancel any other
+/// pending timers" (Linux's reordering timer takes the RTO's place, and the RTO is armed
+/// again when it expires). On a steady path RTTVAR decays towards nothing and, with the
+/// 5 ms floor below SRTT, the RTO comes to about SRTT (RFC 6298 2.3); a flight's RTO
+/// timer started with its first segment then expired before RACK's reordering window
+/// (RACK.rtt + min_RTT / 4 from the segment's transmission) for a segment that the network
+/// merely reordered: a spurious RTO (cwnd one segment, the flight resent) where RACK would
+/// have waited for it.
+#[test]
+fn the_rto_waits_for_a_pending_reorder_timer() {
+    let mut r = rec(Congestion::Cubic);
+    // A steady 20 ms path: one segment every 30 ms, each acknowledged 20 ms later.
+    let mut seq = S;
+    for i in 0..20 {
+        let t = i * 30_000;
+        r.on_sent(us(t), seq, 1000, false);
+        seq += 1000;
+        r.on_ack(us(t + 20_000), seq, &[], None);
+    }
+    let t0 = 20 * 30_000;
+    assert!(r.rto() < Duration::from_micros(20_500), "RTO {:?}", r.rto());
+    // Two segments, A and B; B's SACK comes after 20 ms, A (reordered) 2 ms later.
+    r.on_sent(us(t0), seq, 1000, false);
+    r.on_sent(us(t0), seq + 1000, 1000, false);
+    let o = r.on_ack(us(t0 + 20_000), seq, &[(seq + 1000, seq + 2000)], None);
+    assert_eq!(o.lost_marked, 0);
+    // A's reordering window: 20 ms + 20 ms / 4.
+    assert_eq!(r.reorder_at, Some(us(t0 + 25_000)));
+    while let Some(at) = r.poll_timeout().filter(|&at| at < us(t0 + 22_000)) {
+        assert_eq!(r.handle_timeout(at), TimeoutAction::None, "at {at}");
+    }
+    let o = r.on_ack(us(t0 + 22_000), seq + 2000, &[], None);
+    assert_eq!(o.newly_acked, 2000);
+    assert_eq!(r.stats().rto_count, 0);
+    assert_eq!(r.stats().retransmitted_segments, 0);
+    assert_eq!(r.cwnd(), 10_000);
+}
