@@ -201,6 +201,9 @@ contracts() {
     cjob contract_pair racing_binds 7548
     cjob contract_pair exit_closes 7550
     cjob contract_pair destroy_id_closes 7552
+    cjob contract_pair destroy_id_passive 7554
+    cjob contract_pair exit_refuses_request 7556
+    cjob contract_pair destroy_id_reset 7560
     cjob contract rdmacm_exports
     cjob contract id_device_pd
     cjob contract bind_addr_in_use

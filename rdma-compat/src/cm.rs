@@ -478,6 +478,12 @@ struct Registry {
     /// the id each answers (ADDR_RESOLVED or ADDR_ERROR).
     /// Each id's deadline too: its `timeout_ms` from the call, on the process's clock.
     resolving: HashMap<wv::NeighborId, (usize, std::time::Instant)>,
+    /// The connection requests the dispatcher made a new id for and nobody answered yet,
+    /// by that id (pointer as usize): reported to the application (or still queued, unread,
+    /// in its listener's channel) and neither accepted (`rdma_accept` started the
+    /// connection), rejected, nor refused by `rdma_destroy_id`. What the process's normal
+    /// exit refuses ([`refuse_requests_at_exit`]).
+    unanswered: HashMap<usize, ConnectRequest>,
 }
 
 /// The ephemeral ports: those the kernel's rdma_cm and Warpcore's TCP take theirs from
@@ -713,7 +719,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
 fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest(req) => {
-            let reg = registry();
+            let mut reg = registry();
             let Some(&lp) = reg.listeners.get(&req.local_port) else {
                 drop(reg);
                 let _ = ctx.reject(&req, &[]);
@@ -787,9 +793,10 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 request_conn_values(req.ird, req.ord, d.max_qp_rd_atom, d.max_qp_init_rd_atom)
             });
             let pdata = req.private_data.clone();
-            child.lock().request = Some(req);
+            child.lock().request = Some(req.clone());
             chan_join(get!(child.channel));
             let c = Box::into_raw(child);
+            reg.unanswered.insert(c as usize, req);
             let ev = new_event(
                 c.cast(),
                 l.cast(),
@@ -1291,6 +1298,8 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
                 .map(|(k, _)| *k)
                 .collect();
             reg.qps.retain(|_, v| *v != p as usize);
+            // Its request, if not answered, is refused below.
+            reg.unanswered.remove(&(p as usize));
             // SAFETY: p came from rdma_create_id or a connect request and is live.
             if let Some(port) = unsafe { &*p.cast::<Id>() }.lock().held.take() {
                 reg.release(port);
@@ -1337,8 +1346,18 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         let b = unsafe { Box::from_raw(p.cast::<Id>()) };
         release_event(&b);
         let st = std::mem::take(&mut *b.lock());
-        if let Some(req) = st.request.as_ref().filter(|_| st.qp.is_none()) {
-            // A request never accepted: refuse it so the peer is not left waiting.
+        if let Some(req) = st.request.as_ref().filter(|_| !st.started) {
+            // A request never accepted: refuse it so the peer is not left waiting, as the
+            // kernel's iw_cm refuses one whose id is destroyed in IW_CM_STATE_CONN_RECV
+            // (iwcm.c destroy_cm_id: "App called destroy before/without calling accept
+            // ... must tell the provider to reject"). Whether `rdma_accept` started the
+            // connection decides, not whether the id has a QP of `rdma_create_qp`'s: a
+            // request whose `rdma_accept` failed (EINVAL for its parameters, nothing sent:
+            // librdmacm's ucma_valid_param) on such a QP was left unanswered, the peer
+            // waiting for its connect timeout; one accepted on a QP the application made
+            // (`ibv_create_qp`) was "rejected" after its acceptance (the engine, which had
+            // taken the request, refused the stale handle). An accepted one's connection
+            // is closed above (`close_on_destroy_id`), as iw_cm's destroy_cm_id closes it.
             if let Some(e) = crate::engine_if_open() {
                 let _ = e.ctx.reject(req, &[]);
             }
@@ -2300,12 +2319,34 @@ fn start_connection(
         return fail(errno_of(&e), -1);
     }
     id.lock().started = true;
+    // An accepted request is answered: the exit has nothing of it to refuse.
+    registry().unanswered.remove(&(p as usize));
     if is_sync(id) {
         if let Err(e) = wait_sync(id) {
             return fail(e, -1);
         }
     }
     0
+}
+
+/// At the process's normal exit (`lib.rs`'s `close_at_exit`): refuses every connection
+/// request the application was told of (or whose CONNECT_REQUEST still waits unread) and
+/// has not answered, as the kernel does for a process that exits holding one: the close
+/// of its `/dev/infiniband/rdma_cm` descriptor destroys each id (`ucma_close`, the unread
+/// requests' new ids too: `ucma_cleanup_ctx_events`), and iw_cm's `destroy_cm_id` rejects
+/// a request still in IW_CM_STATE_CONN_RECV (siw: an MPA Reply with the Reject flag, then
+/// the socket's close), which the peer reports as RDMA_CM_EVENT_REJECTED. Before, the
+/// engine ended with the process and the peer waited for its connect timeout. Here the
+/// engine's reject: MPA Reply with R = 1, then FIN (RFC 5044 §7.1.3). Nothing is freed;
+/// the ids stay the application's. Whether any was refused (the exit then lets the engine
+/// run a little for the answers to leave).
+pub(crate) fn refuse_requests_at_exit(ctx: &wv::Context) -> bool {
+    let reqs: Vec<ConnectRequest> = registry().unanswered.drain().map(|(_, r)| r).collect();
+    let mut any = false;
+    for r in &reqs {
+        any |= ctx.reject(r, &[]).is_ok();
+    }
+    any
 }
 
 #[no_mangle]
@@ -2364,6 +2405,7 @@ pub extern "C" fn __wc_rdma_reject(p: *mut rdma_cm_id, pdata: *const c_void, len
         let Some(req) = id.lock().request.take() else {
             return fail(EINVAL, -1);
         };
+        registry().unanswered.remove(&(p as usize));
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };

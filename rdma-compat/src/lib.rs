@@ -26,9 +26,10 @@
 //!   the event channel of the id it belongs to; the channel's descriptor is readable while
 //!   an event waits, for `poll()` users. Synchronous ids (no channel, `rdma_create_ep`) wait
 //!   for their own events.
-//! - **Exit**: a normal exit closes the connections the process still holds, as the
-//!   kernel's close of its rdma_cm descriptor does, so the peers learn at once (`atexit`,
-//!   bounded; `verbs::close_at_exit`).
+//! - **Exit**: a normal exit closes the connections the process still holds and refuses
+//!   the connection requests it never answered, as the kernel's close of its rdma_cm
+//!   descriptor does, so the peers learn at once (`atexit`, bounded;
+//!   `cm::refuse_requests_at_exit`, `verbs::close_at_exit`).
 //! - **Versions**: every public function has the symbol version Debian's library gives it
 //!   (`objdump -T`), attached by `.symver` in [`export`]; the Rust functions themselves are
 //!   named `__wc_<name>` (which `librdmacm.so.1` jumps to).
@@ -326,7 +327,11 @@ extern "C" fn close_at_exit() {
         let started = std::thread::Builder::new()
             .name("warpcore-exit".into())
             .spawn(move || {
-                verbs::close_at_exit(&e.ctx);
+                // The requests nobody answered are refused first (their peers learn at
+                // once, as from the kernel's close of the rdma_cm descriptor), then the
+                // connections close; the latter's linger lets the refusals leave too.
+                let refused = crate::cm::refuse_requests_at_exit(&e.ctx);
+                verbs::close_at_exit(&e.ctx, refused);
                 let _ = tx.send(());
             });
         if started.is_ok() && rx.recv_timeout(EXIT_BOUND).is_err() {

@@ -2323,8 +2323,10 @@ const EXIT_LINGER: Duration = Duration::from_millis(50);
 /// Nothing is freed (application threads still run during `atexit`): QPs, their
 /// connections' events and the memory registrations stay as they are, and the events the
 /// closes raise reach the ids' channels as any would. `ctx` runs caller-driven cores
-/// meanwhile (`Context::progress`).
-pub(crate) fn close_at_exit(ctx: &wv::Context) {
+/// meanwhile (`Context::progress`). `refused`: connection requests were just refused
+/// (`cm::refuse_requests_at_exit`), whose answers need [`EXIT_LINGER`] to leave even
+/// when no connection is open.
+pub(crate) fn close_at_exit(ctx: &wv::Context, refused: bool) {
     use wv::QpState as S;
     let live = live_qps();
     // SAFETY: a registered QP is live: `ibv_destroy_qp` takes it out under this lock,
@@ -2348,7 +2350,7 @@ pub(crate) fn close_at_exit(ctx: &wv::Context) {
             S::Idle | S::Terminate | S::Error => {}
         }
     }
-    if open.is_empty() && !reset {
+    if open.is_empty() && !reset && !refused {
         return;
     }
     let closing = |q: &Qp| matches!(q.qp.state(), S::Rts | S::Closing);
@@ -2698,6 +2700,16 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 // rvt_error_qp, such a QP reaches ERR without a Last WQE Reached event.
                 let from_reset =
                     qp_state_field(qp) == IBV_QPS_RESET && q.qp.state() == wv::QpState::Idle;
+                // In ERR already while the close `rdma_destroy_id` started runs
+                // ([`close_on_destroy_id`]): the kernel's QP is in ERROR and its socket,
+                // released, still sends what it holds, so a move to ERR again ends nothing
+                // early. The close is let finish first, as for RESET below ([`linger`]);
+                // the abort at once reset the stream (RST) and dropped a Send whose
+                // completion the application saw and TCP still held: the peer's receive
+                // was flushed, not completed.
+                if q.qp.state() == wv::QpState::Closing && qp_state_field(qp) == IBV_QPS_ERR {
+                    linger(&q.qp);
+                }
                 // The abort and the store of ERR under the lock the dispatcher decides
                 // qp->state under (set_qp_state_if): its RTS for an ESTABLISHED the engine
                 // reported before this abort is stored before this ERR, never after it.
@@ -2741,21 +2753,45 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 // decided from the engine's state before the reset, is not stored after it
                 // (qp->state read ERR, a RESET QP, and no event followed to correct it).
                 let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
-                match q.qp.reset() {
-                    Ok(()) => {
-                        // A connection set up from here on is not the one aborted.
-                        q.aborted.store(false, Ordering::Release);
-                        // Idle as a new QP: no connection's ORD and IRD for ibv_query_qp
-                        // until the next is established (they were the ended one's).
-                        q.ird_ord.store(0, Ordering::Release);
-                        // Its next entry into ERR raises Last WQE Reached again.
-                        lw.raised = false;
-                        set_qp_state(qp, IBV_QPS_RESET);
-                        lw.moves += 1;
-                        0
-                    }
-                    Err(e) => errno_of(&e),
+                reset_failed(q, qp, &mut lw)
+            }
+            // In error for the application while the engine still closes: rdma_destroy_id
+            // closed the connection (`close_on_destroy_id` stored ERR, as the kernel's
+            // iw_cm moves the QP to ERROR at once) and the graceful close has not
+            // finished. As from ERR: INIT, RTR, RTS and SQD are EINVAL. RESET lets the close
+            // finish first, as `ibv_destroy_qp` does ([`linger`]: one round trip, at most
+            // [`LINGER`], then the engine's abort), and resets the QP, which is then idle
+            // as a new one, as the kernel's (siw moves ERROR to IDLE; the socket it
+            // released still sends what it holds, then its FIN). Not an abort at once: a
+            // Send whose completion the application saw may still be in the TCP send
+            // buffer, and a RST would drop it (the peer's receive flushed, not completed).
+            // Before, these fell
+            // to the arms below: 0 and `qp->state` as asked, the engine untouched (SQD:
+            // the close already under way); the close then completed into ERR, so a RESET
+            // and INIT the application was told succeeded left a failed QP: the receives
+            // it posted after were flushed, and its next INIT was EINVAL.
+            s @ (IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD)
+                if q.qp.state() == wv::QpState::Closing && qp_state_field(qp) == IBV_QPS_ERR =>
+            {
+                if s != IBV_QPS_RESET {
+                    return EINVAL;
                 }
+                // Not under the lock: the dispatcher stores under it what the close's end
+                // decides.
+                linger(&q.qp);
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+                if q.qp.state() == wv::QpState::Closing {
+                    // Not finished within LINGER: reset (the rest flushed).
+                    match q.abort() {
+                        // Aborted, or the close finished meanwhile (a failed QP now).
+                        Ok(())
+                        | Err(wv::Error::InvalidState(
+                            wv::QpState::Error | wv::QpState::Terminate,
+                        )) => {}
+                        Err(e) => return errno_of(&e),
+                    }
+                }
+                reset_failed(q, qp, &mut lw)
             }
             // The iWARP connection manager moves the QP to RTS when MPA completes; the
             // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
@@ -2795,6 +2831,26 @@ pub extern "C" fn __wc_ibv_modify_qp(
             _ => EINVAL,
         }
     })
+}
+
+/// The reset of a failed QP (the engine's in Error or Terminate) for `ibv_modify_qp`'s
+/// move to RESET, `lw` held across the reset and the stores (see there): 0 or the errno.
+fn reset_failed(q: &Qp, qp: *mut ibv_qp, lw: &mut LastWqe) -> c_int {
+    match q.qp.reset() {
+        Ok(()) => {
+            // A connection set up from here on is not the one aborted.
+            q.aborted.store(false, Ordering::Release);
+            // Idle as a new QP: no connection's ORD and IRD for ibv_query_qp until the
+            // next is established (they were the ended one's).
+            q.ird_ord.store(0, Ordering::Release);
+            // Its next entry into ERR raises Last WQE Reached again.
+            lw.raised = false;
+            set_qp_state(qp, IBV_QPS_RESET);
+            lw.moves += 1;
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
 }
 
 /// What rdma-core and the kernel refuse of an `ibv_modify_qp` for every provider before
