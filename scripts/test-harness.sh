@@ -1216,13 +1216,25 @@ na_run() { # na_run PCAP [wc-rping]: interop-siw.sh's verdict on the mpa1 rping 
         source "$work/na/judge.sh"
         TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
         IWDUMP=$work/na/iwdump OUR_IP=198.18.0.2 VM_IP=198.18.0.11
-        cp "$work/na/$1.pcap" "$work/na/run.pcap"
+        # A directory a run: the judge writes its tshark and iwdump outputs by the capture.
+        local d=$work/na/run-$1-${2:-rping}
+        mkdir -p "$d"
+        cp "$work/na/$1.pcap" "$d/run.pcap"
         judge "${2:-rping}" client mpa1 "$work/na/rping-client.log" 1 "$work/na/rping-client.guest" \
-            "$work/na/run.pcap" "rping -s -v -V -a $VM_IP -p 7174" "-c -a $VM_IP -p 7174 -C 5 -S 64 -v -V --mpa-rev 1"
+            "$d/run.pcap" "rping -s -v -V -a $VM_IP -p 7174" "-c -a $VM_IP -p 7174 -C 5 -S 64 -v -V --mpa-rev 1"
     ) 2>/dev/null
 }
-na_whole=$(na_run whole) na_cut=$(na_run cut) na_empty=$(na_run empty)
-na_wc_whole=$(na_run whole wc-rping) na_wc_cut=$(na_run cut wc-rping)
+# The five verdicts side by side (each starts tshark several times, about 2 s of one core a
+# verdict, one after the other the harness's slowest case).
+na_pids=()
+for na_case in whole cut empty "whole wc-rping" "cut wc-rping"; do
+    # shellcheck disable=SC2086 # the case's words are na_run's arguments
+    na_run $na_case >"$work/na/verdict-${na_case// /-}" &
+    na_pids+=("$!")
+done
+wait "${na_pids[@]}"
+na_whole=$(<"$work/na/verdict-whole") na_cut=$(<"$work/na/verdict-cut") na_empty=$(<"$work/na/verdict-empty")
+na_wc_whole=$(<"$work/na/verdict-whole-wc-rping") na_wc_cut=$(<"$work/na/verdict-cut-wc-rping")
 if [[ $na_whole != "n/a|siw limitation"* || $na_wc_whole != "n/a|siw limitation"* ]]; then
     bad "mpa1_na_judges_the_capture" "the whole capture: '${na_whole:0:100}' (wc-rping: '${na_wc_whole:0:100}'), not n/a"
 elif [[ $na_wc_cut != fail\|*"tshark exit 2"* ]]; then
@@ -1278,17 +1290,26 @@ sleep 1
 exit 0
 EOF
 chmod +x "$work/st/rig/"*.sh "$work/st/bin/ip" "$work/st/bin/tshark"
-st_run() { # st_run ENV...: the copy of selftest.sh -t rping on the stand-ins; sets st_out and rc
-    rm -rf "$work/st/out"
-    st_out=$(env "$@" PATH="$work/st/bin:$PATH" SIWVM_DIR="$work/st/vm" \
-        timeout 60 "$work/st/rig/selftest.sh" -t rping -o "$work/st/out" 2>&1)
-    rc=$?
+st_run() { # st_run TAG ENV...: the copy of selftest.sh -t rping on the stand-ins, its
+    # output in $work/st/TAG.log and its exit status in $work/st/TAG.rc
+    local tag=$1 r=0
+    shift
+    env "$@" PATH="$work/st/bin:$PATH" SIWVM_DIR="$work/st/vm" \
+        timeout 60 "$work/st/rig/selftest.sh" -t rping -o "$work/st/out-$tag" >"$work/st/$tag.log" 2>&1 || r=$?
+    echo "$r" >"$work/st/$tag.rc"
 }
-st_run ST_CAPTURE=yes
-st_good_rc=$rc st_good_out=$st_out
-st_run ST_CAPTURE=drops
-st_drops_rc=$rc st_drops_out=$st_out
-st_run ST_CAPTURE=no
+# The three runs side by side (each a stand-in capture's second, the rig's own second and
+# analyze.sh's tshark passes: about 8 s each, one after the other the harness's slowest case).
+st_run good ST_CAPTURE=yes &
+st_pids=("$!")
+st_run drops ST_CAPTURE=drops &
+st_pids+=("$!")
+st_run no ST_CAPTURE=no &
+st_pids+=("$!")
+wait "${st_pids[@]}"
+st_good_rc=$(<"$work/st/good.rc") st_good_out=$(<"$work/st/good.log")
+st_drops_rc=$(<"$work/st/drops.rc") st_drops_out=$(<"$work/st/drops.log")
+rc=$(<"$work/st/no.rc") st_out=$(<"$work/st/no.log")
 if ((st_good_rc != 0)); then
     bad "selftest_needs_its_capture" "a run with its capture: exit $st_good_rc: $(tail -n 2 <<<"$st_good_out" | tr '\n' ' ')"
 elif ((rc == 0)); then
