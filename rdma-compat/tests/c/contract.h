@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int contract_failed, contract_run;
 #define DIE(...) do { fprintf(stderr, "%s: cannot run: ", contract_name); fprintf(stderr, __VA_ARGS__); \
@@ -67,9 +69,38 @@ static inline int contract_readable(int fd, int ms)
 	return poll(&p, 1, ms);
 }
 
+/* CLOCK_MONOTONIC in milliseconds: what the checks of "within N ms" measure with. */
+static inline double contract_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
 #ifdef INFINIBAND_VERBS_H
 /* The setup the verbs checks share (static inline: a check that uses none of it, such as an
  * rdma_cm-only one, imports no ibv_ symbol for it). */
+
+/* The next completion of cq within ms milliseconds (returns 1 and fills wc), or 0. */
+static inline int contract_next_wc(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
+{
+	int got = 0;
+	for (int i = 0; i < ms && got == 0; i++) {
+		got = ibv_poll_cq(cq, 1, wc);
+		if (got == 0)
+			usleep(1000);
+	}
+	return got == 1;
+}
+
+/* The next completion of cq within ms milliseconds, which must be a success of opcode op. */
+static inline void contract_expect_wc(struct ibv_cq *cq, enum ibv_wc_opcode op, int ms, const char *what)
+{
+	struct ibv_wc wc;
+	int got = contract_next_wc(cq, &wc, ms);
+	if (!got || wc.status != IBV_WC_SUCCESS || wc.opcode != op)
+		DIE("%s: no completion (%d, %s)", what, got, got ? ibv_wc_status_str(wc.status) : "-");
+}
 
 /* The next asynchronous event of ctx within ms milliseconds, in *ae: 0, or -1 if none came
  * (*ae zeroed). */

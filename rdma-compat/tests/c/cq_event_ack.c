@@ -38,13 +38,6 @@ static struct ibv_pd *pd;
 static struct ibv_mr *mr;
 static char buf[4096];
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 /* A CQ on channel ch with one completion event waiting on the channel, and no QP left on
  * it (so ibv_destroy_cq is not refused with EBUSY). */
 static struct ibv_cq *cq_with_event(struct ibv_comp_channel *ch, void *cq_context)
@@ -83,7 +76,7 @@ static void *destroyer(void *arg)
 	(void)arg;
 	destroy_ret = ibv_destroy_cq(victim);
 	acked_when_returned = atomic_load(&acked);
-	destroy_returned_ms = now_ms();
+	destroy_returned_ms = contract_now_ms();
 	return NULL;
 }
 
@@ -102,9 +95,9 @@ int main(void)
 	void *got_ctx = NULL;
 	int g = ibv_get_cq_event(ch, &got, &got_ctx);
 	ibv_ack_cq_events(cq, 1);
-	double t0 = now_ms();
+	double t0 = contract_now_ms();
 	int d = ibv_destroy_cq(cq);
-	double took = now_ms() - t0;
+	double took = contract_now_ms() - t0;
 	EXPECT(g == 0 && got == cq && got_ctx == &tag_a && d == 0,
 	       "ibv_get_cq_event(3): an event acknowledged with ibv_ack_cq_events, ibv_destroy_cq succeeds "
 	       "(get %d, the CQ and its context returned: %d %d; destroy %d after %.0f ms)",
@@ -121,7 +114,7 @@ int main(void)
 	if (pthread_create(&th, NULL, destroyer, NULL))
 		DIE("pthread_create");
 	usleep(200000);
-	double acked_ms = now_ms();
+	double acked_ms = contract_now_ms();
 	atomic_store(&acked, 1);
 	ibv_ack_cq_events(victim, 1);
 	pthread_join(th, NULL);

@@ -31,34 +31,6 @@ static const char *contract_name = "destroy_id_closes";
 
 static char rbuf[64], sbuf[64];
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* The next completion of cq within ms milliseconds (returns 1 and fills wc), or 0. */
-static int next_wc(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-	int got = 0;
-	for (int i = 0; i < ms && got == 0; i++) {
-		got = ibv_poll_cq(cq, 1, wc);
-		if (got == 0)
-			usleep(1000);
-	}
-	return got == 1;
-}
-
-/* The next completion of cq within ms milliseconds, which must be a success of opcode op. */
-static void expect_wc(struct ibv_cq *cq, enum ibv_wc_opcode op, int ms, const char *what)
-{
-	struct ibv_wc wc;
-	int got = next_wc(cq, &wc, ms);
-	if (!got || wc.status != IBV_WC_SUCCESS || wc.opcode != op)
-		DIE("%s: no completion (%d, %s)", what, got, got ? ibv_wc_status_str(wc.status) : "-");
-}
-
 static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, uint64_t wr_id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)rbuf, .length = sizeof rbuf, .lkey = mr->lkey };
@@ -104,18 +76,18 @@ static int client(const char *a, const char *p)
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 	if (ibv_post_send(qp, &wr, &bad))
 		DIE("ibv_post_send: %s", strerror(errno));
-	expect_wc(scq, IBV_WC_SEND, 5000, "the last message");
+	contract_expect_wc(scq, IBV_WC_SEND, 5000, "the last message");
 
-	double t0 = now_ms();
+	double t0 = contract_now_ms();
 	int r = rdma_destroy_id(id);
-	double dt = now_ms() - t0;
+	double dt = contract_now_ms() - t0;
 	EXPECT(r == 0 && dt < 500,
 	       "rdma_destroy_id of the connected id (its QP still the application's) returns 0 at once "
 	       "(got %d after %.0f ms)", r, dt);
 
 	/* iwcm_modify_qp_err: the QP's posted receive is flushed, the QP is in the error state. */
 	struct ibv_wc wc;
-	int got = next_wc(rcq, &wc, WITHIN_MS);
+	int got = contract_next_wc(rcq, &wc, WITHIN_MS);
 	EXPECT(got && wc.wr_id == 7 && wc.status == IBV_WC_WR_FLUSH_ERR,
 	       "the receive posted before rdma_destroy_id is flushed (IBV_WC_WR_FLUSH_ERR), as iw_cm's "
 	       "destroy_cm_id moves an ESTABLISHED connection's QP to ERROR (got %s)",
@@ -157,10 +129,10 @@ static int server(const char *a, const char *p)
 	if (rdma_accept(id, &cp))
 		DIE("rdma_accept: %s", strerror(errno));
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	expect_wc(id->recv_cq, IBV_WC_RECV, 60000, "the client's last message");
-	double t0 = now_ms();
+	contract_expect_wc(id->recv_cq, IBV_WC_RECV, 60000, "the client's last message");
+	double t0 = contract_now_ms();
 	ev = contract_next_event(ec, WITHIN_MS + 1000);
-	double dt = now_ms() - t0;
+	double dt = contract_now_ms() - t0;
 	int kind = ev ? (int)ev->event : -1;
 	EXPECT(ev && kind == RDMA_CM_EVENT_DISCONNECTED && ev->id == id && dt <= WITHIN_MS,
 	       "the client's rdma_destroy_id of its connected id gives DISCONNECTED at once, as iw_cm's "

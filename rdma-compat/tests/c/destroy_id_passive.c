@@ -39,33 +39,6 @@ static const char *contract_name = "destroy_id_passive";
 
 static char rbuf[64], sbuf[64];
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* The next completion of cq within ms milliseconds (returns 1 and fills wc), or 0. */
-static int next_wc(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-	int got = 0;
-	for (int i = 0; i < ms && got == 0; i++) {
-		got = ibv_poll_cq(cq, 1, wc);
-		if (got == 0)
-			usleep(1000);
-	}
-	return got == 1;
-}
-
-static void expect_wc(struct ibv_cq *cq, enum ibv_wc_opcode op, int ms, const char *what)
-{
-	struct ibv_wc wc;
-	int got = next_wc(cq, &wc, ms);
-	if (!got || wc.status != IBV_WC_SUCCESS || wc.opcode != op)
-		DIE("%s: no completion (%d, %s)", what, got, got ? ibv_wc_status_str(wc.status) : "-");
-}
-
 static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, uint64_t wr_id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)rbuf, .length = sizeof rbuf, .lkey = mr->lkey };
@@ -79,9 +52,9 @@ static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, uint64_t wr_id)
 static void expect_soon(struct rdma_event_channel *ec, struct rdma_cm_id *id, int want, double t0,
 			const char *what)
 {
-	int left = WITHIN_MS + 1000 - (int)(now_ms() - t0);
+	int left = WITHIN_MS + 1000 - (int)(contract_now_ms() - t0);
 	struct rdma_cm_event *ev = contract_next_event(ec, left > 0 ? left : 0);
-	double dt = now_ms() - t0;
+	double dt = contract_now_ms() - t0;
 	int got = ev ? (int)ev->event : -1;
 	EXPECT(ev && got == want && ev->id == id && dt <= WITHIN_MS, "%s (got %s %.0f ms after, want within %d ms)",
 	       what, ev ? rdma_event_str(got) : "nothing", dt, WITHIN_MS);
@@ -109,8 +82,8 @@ static int client(const char *a, const char *p)
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 	if (ibv_post_send(id->qp, &wr, &bad))
 		DIE("ibv_post_send: %s", strerror(errno));
-	expect_wc(id->send_cq, IBV_WC_SEND, 5000, "the last message");
-	expect_soon(ec, id, RDMA_CM_EVENT_DISCONNECTED, now_ms(),
+	contract_expect_wc(id->send_cq, IBV_WC_SEND, 5000, "the last message");
+	expect_soon(ec, id, RDMA_CM_EVENT_DISCONNECTED, contract_now_ms(),
 		    "connection 1: the server's rdma_destroy_id of its accepted id, whose QP it made itself "
 		    "(ibv_create_qp), gives DISCONNECTED at once, as iw_cm's destroy_cm_id closes an "
 		    "established connection");
@@ -120,7 +93,7 @@ static int client(const char *a, const char *p)
 
 	/* 2: the server's rdma_accept fails, then it destroys the id. */
 	id = contract_active(ec, a, port, 5000);
-	double t0 = now_ms();
+	double t0 = contract_now_ms();
 	if (rdma_connect(id, &cp))
 		DIE("rdma_connect: %s", strerror(errno));
 	expect_soon(ec, id, RDMA_CM_EVENT_REJECTED, t0,
@@ -166,12 +139,12 @@ static int server(const char *a, const char *p)
 	if (rdma_accept(id, &cp))
 		DIE("rdma_accept: %s", strerror(errno));
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	expect_wc(rcq, IBV_WC_RECV, 60000, "the client's last message");
+	contract_expect_wc(rcq, IBV_WC_RECV, 60000, "the client's last message");
 	post_recv(qp, mr, 3);
 	int r = rdma_destroy_id(id);
 	EXPECT(r == 0, "rdma_destroy_id of the accepted id whose QP the application made returns 0 (got %d)", r);
 	struct ibv_wc wc;
-	int got = next_wc(rcq, &wc, WITHIN_MS);
+	int got = contract_next_wc(rcq, &wc, WITHIN_MS);
 	EXPECT(got && wc.wr_id == 3 && wc.status == IBV_WC_WR_FLUSH_ERR,
 	       "its QP's receive posted before rdma_destroy_id is flushed, as iw_cm's destroy_cm_id moves an "
 	       "established connection's QP to ERROR (got %s)", got ? ibv_wc_status_str(wc.status) : "no completion");

@@ -42,33 +42,6 @@ static const char *contract_name = "destroy_id_reset";
 #define LAST (1 << 20)
 static char rbuf[LAST], sbuf[LAST];
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* The next completion of cq within ms milliseconds (returns 1 and fills wc), or 0. */
-static int next_wc(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-	int got = 0;
-	for (int i = 0; i < ms && got == 0; i++) {
-		got = ibv_poll_cq(cq, 1, wc);
-		if (got == 0)
-			usleep(1000);
-	}
-	return got == 1;
-}
-
-static void expect_wc(struct ibv_cq *cq, enum ibv_wc_opcode op, int ms, const char *what)
-{
-	struct ibv_wc wc;
-	int got = next_wc(cq, &wc, ms);
-	if (!got || wc.status != IBV_WC_SUCCESS || wc.opcode != op)
-		DIE("%s: no completion (%d, %s)", what, got, got ? ibv_wc_status_str(wc.status) : "-");
-}
-
 static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, uint64_t wr_id, uint32_t len)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)rbuf, .length = len, .lkey = mr->lkey };
@@ -123,7 +96,7 @@ static void client_conn(struct rdma_event_channel *ec, const char *a, int port, 
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 	if (ibv_post_send(qp, &wr, &bad))
 		DIE("ibv_post_send: %s", strerror(errno));
-	expect_wc(scq, IBV_WC_SEND, 5000, "the last message");
+	contract_expect_wc(scq, IBV_WC_SEND, 5000, "the last message");
 
 	if (rdma_destroy_id(id))
 		DIE("rdma_destroy_id: %s", strerror(errno));
@@ -145,7 +118,7 @@ static void client_conn(struct rdma_event_channel *ec, const char *a, int port, 
 	       k ? " and ERR" : "", r, strerror(r));
 	/* The receive posted before: flushed by now (the close's end or the reset). */
 	struct ibv_wc wc;
-	int got = next_wc(rcq, &wc, WITHIN_MS);
+	int got = contract_next_wc(rcq, &wc, WITHIN_MS);
 	EXPECT(got && wc.wr_id == 7 && wc.status == IBV_WC_WR_FLUSH_ERR,
 	       "the receive posted before rdma_destroy_id is flushed (got %s, wr_id %d)",
 	       got ? ibv_wc_status_str(wc.status) : "no completion", got ? (int)wc.wr_id : -1);
@@ -154,7 +127,7 @@ static void client_conn(struct rdma_event_channel *ec, const char *a, int port, 
 		EXPECT(r == 0, "ibv_modify_qp RESET -> INIT of the reset QP: 0 (got %d: %s)", r, strerror(r));
 		post_recv(qp, rmr, 9, 64);
 		/* Long enough for the close of the old connection to finish (one round trip here). */
-		got = next_wc(rcq, &wc, 500);
+		got = contract_next_wc(rcq, &wc, 500);
 		EXPECT(!got, "a receive posted after the RESET and INIT stays posted (got %s, wr_id %d)",
 		       got ? ibv_wc_status_str(wc.status) : "no completion", got ? (int)wc.wr_id : -1);
 		struct ibv_qp_attr at;
@@ -202,7 +175,7 @@ static int server(const char *a, const char *p)
 			DIE("rdma_accept: %s", strerror(errno));
 		rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, 10000));
 		struct ibv_wc wc;
-		int got = next_wc(id->recv_cq, &wc, 10000);
+		int got = contract_next_wc(id->recv_cq, &wc, 10000);
 		int whole = got && wc.status == IBV_WC_SUCCESS && wc.byte_len == LAST && rbuf[0] == 'a' + k &&
 			    rbuf[LAST - 1] == 'a' + k;
 		EXPECT(whole,
@@ -210,9 +183,9 @@ static int server(const char *a, const char *p)
 		       "rdma_destroy_id and %s) arrives whole (got %s, %u octets)",
 		       k + 1, k ? "move to ERR" : "RESET", got ? ibv_wc_status_str(wc.status) : "no completion",
 		       got ? wc.byte_len : 0);
-		double t0 = now_ms();
+		double t0 = contract_now_ms();
 		ev = contract_next_event(ec, WITHIN_MS + 1000);
-		double dt = now_ms() - t0;
+		double dt = contract_now_ms() - t0;
 		int kind = ev ? (int)ev->event : -1;
 		EXPECT(ev && kind == RDMA_CM_EVENT_DISCONNECTED && ev->id == id && dt <= WITHIN_MS,
 		       "connection %d: the client's rdma_destroy_id gives DISCONNECTED at once (got %s %.0f ms "

@@ -30,13 +30,6 @@ static const char *contract_name = "exit_closes";
 
 static char rbuf[2][64], sbuf[2][64];
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 /* The next completion of cq within ms milliseconds, which must be a success of opcode op. */
 static void expect_wc(struct ibv_cq *cq, enum ibv_wc_opcode op, int ms, const char *what)
 {
@@ -104,9 +97,9 @@ static int client(const char *a, const char *p)
  * messages had both arrived). */
 static void await_exit(struct rdma_cm_id *id, struct rdma_event_channel *ec, int k, double t0)
 {
-	int left = WITHIN_MS + 1000 - (int)(now_ms() - t0);
+	int left = WITHIN_MS + 1000 - (int)(contract_now_ms() - t0);
 	struct rdma_cm_event *ev = contract_next_event(ec, left > 0 ? left : 0);
-	double dt = now_ms() - t0;
+	double dt = contract_now_ms() - t0;
 	int got = ev ? (int)ev->event : -1;
 	EXPECT(ev && got == RDMA_CM_EVENT_DISCONNECTED && ev->id == id && dt <= WITHIN_MS,
 	       "the %s connection: the client's exit with it connected gives DISCONNECTED at once, as the "
@@ -145,7 +138,7 @@ static int server(const char *a, const char *p)
 	}
 	for (int k = 0; k < 2; k++)
 		expect_wc(ids[k]->recv_cq, IBV_WC_RECV, 60000, "the client's last message");
-	double t0 = now_ms();
+	double t0 = contract_now_ms();
 	for (int k = 0; k < 2; k++)
 		await_exit(ids[k], chans[k], k, t0);
 	return contract_end();

@@ -40,13 +40,6 @@ static const char *type_str(int t)
 	return t < 0 ? "no event" : ibv_event_type_str(t);
 }
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 struct late_ack {
 	struct ibv_async_event ev;
 	volatile int acked;
@@ -133,9 +126,9 @@ static int client(const char *a, const char *p)
 		pthread_t th;
 		if (pthread_create(&th, NULL, ack_later, &la))
 			DIE("pthread_create");
-		double t0 = now_ms();
+		double t0 = contract_now_ms();
 		int d = ibv_destroy_qp(qa);
-		double waited = now_ms() - t0;
+		double waited = contract_now_ms() - t0;
 		EXPECT(d == 0 && la.acked && waited >= 250,
 		       "ibv_get_async_event(3): ibv_destroy_qp waits until the QP's event is acknowledged (returned %d "
 		       "after %.0f ms, acknowledged %d)",
