@@ -204,6 +204,7 @@ contracts() {
     cjob contract_pair destroy_id_passive 7554
     cjob contract_pair exit_refuses_request 7556
     cjob contract_pair destroy_id_reset 7560
+    cjob contract_pair exit_unlistens 7562
     cjob contract rdmacm_exports
     cjob contract id_device_pd
     cjob contract bind_addr_in_use
@@ -233,6 +234,7 @@ contracts() {
     cjob contract post_err_qp
     cjob contract modify_qp_mask
     cjob contract fd_errno
+    cjob contract create_qp_attr_back
     contracts_wait
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when

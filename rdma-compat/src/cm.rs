@@ -484,6 +484,11 @@ struct Registry {
     /// connection), rejected, nor refused by `rdma_destroy_id`. What the process's normal
     /// exit refuses ([`refuse_requests_at_exit`]).
     unanswered: HashMap<usize, ConnectRequest>,
+    /// Set by the process's normal exit ([`refuse_requests_at_exit`]), which unlistened
+    /// every port: a connection request the dispatcher takes from the engine after it (the
+    /// engine reported it before the unlisten reached its core) is refused at once, not
+    /// handed to a listener nobody will read again.
+    exiting: bool,
 }
 
 /// The ephemeral ports: those the kernel's rdma_cm and Warpcore's TCP take theirs from
@@ -720,7 +725,9 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest(req) => {
             let mut reg = registry();
-            let Some(&lp) = reg.listeners.get(&req.local_port) else {
+            // At exit (`refuse_requests_at_exit`): nobody will answer it.
+            let listener = reg.listeners.get(&req.local_port).filter(|_| !reg.exiting);
+            let Some(&lp) = listener else {
                 drop(reg);
                 let _ = ctx.reject(&req, &[]);
                 return;
@@ -2062,9 +2069,17 @@ pub extern "C" fn __wc_rdma_create_qp_ex(
         };
         match create_qp_on(id, pd, &mut init) {
             Ok(()) => {
+                // librdmacm's rdma_create_qp_ex fills the caller's attr itself and creates
+                // the QP from it (ibv_create_qp_ex writes the capabilities back): the PD
+                // (the id's when none was given, IBV_QP_INIT_ATTR_PD then set), the CQs it
+                // made and the id's SRQ. Before, `srq`, `pd` and `comp_mask` stayed as
+                // given.
                 a.cap = init.cap;
                 a.send_cq = init.send_cq;
                 a.recv_cq = init.recv_cq;
+                a.srq = init.srq;
+                a.pd = get!(id.pd);
+                a.comp_mask |= IBV_QP_INIT_ATTR_PD;
                 0
             }
             Err(e) => fail(e, -1),
@@ -2337,12 +2352,35 @@ fn start_connection(
 /// a request still in IW_CM_STATE_CONN_RECV (siw: an MPA Reply with the Reject flag, then
 /// the socket's close), which the peer reports as RDMA_CM_EVENT_REJECTED. Before, the
 /// engine ended with the process and the peer waited for its connect timeout. Here the
-/// engine's reject: MPA Reply with R = 1, then FIN (RFC 5044 §7.1.3). Nothing is freed;
-/// the ids stay the application's. Whether any was refused (the exit then lets the engine
-/// run a little for the answers to leave).
+/// engine's reject: MPA Reply with R = 1, then FIN (RFC 5044 §7.1.3).
+///
+/// Every port the process listens on stops listening first, as `ucma_close` destroys the
+/// listening ids too (`rdma_destroy_id` -> `cma_cancel_listens`, iw_cm's `destroy_cm_id`
+/// of a listener: `iw_destroy_listen`, which ends the connections still in their MPA
+/// startup, siw's `siw_cep_put` of each pending cep): the engine's `unlisten` ends the
+/// connections it holds that were never reported (MPA Request complete: a Reply with
+/// R = 1; not yet arrived: RST), and a SYN after it draws a RST. Before, only the requests
+/// already reported to the application were refused: a request whose MPA Request had not
+/// arrived, or not yet been turned into a CONNECT_REQUEST, died with the engine and its
+/// peer waited for its MPA (or connect) timeout. A request the engine reported just before
+/// the unlisten, not yet dispatched, is refused by the dispatcher (`Registry::exiting`).
+/// Nothing is freed; the ids stay the application's. Whether anything was refused or
+/// unlistened (the exit then lets the engine run a little for the answers to leave).
 pub(crate) fn refuse_requests_at_exit(ctx: &wv::Context) -> bool {
-    let reqs: Vec<ConnectRequest> = registry().unanswered.drain().map(|(_, r)| r).collect();
+    let (reqs, ports) = {
+        let mut reg = registry();
+        reg.exiting = true;
+        let reqs: Vec<ConnectRequest> = reg.unanswered.drain().map(|(_, r)| r).collect();
+        // Taken out under the registry lock, as `rdma_listen` and `rdma_destroy_id` keep
+        // them: a listener's `rdma_destroy_id` on another thread meanwhile finds its port
+        // gone and unlistens nothing twice.
+        let ports: Vec<u16> = listening().drain().collect();
+        (reqs, ports)
+    };
     let mut any = false;
+    for port in ports {
+        any |= ctx.unlisten(port).is_ok();
+    }
     for r in &reqs {
         any |= ctx.reject(r, &[]).is_ok();
     }

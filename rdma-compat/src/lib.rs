@@ -26,7 +26,8 @@
 //!   the event channel of the id it belongs to; the channel's descriptor is readable while
 //!   an event waits, for `poll()` users. Synchronous ids (no channel, `rdma_create_ep`) wait
 //!   for their own events.
-//! - **Exit**: a normal exit closes the connections the process still holds and refuses
+//! - **Exit**: a normal exit closes the connections the process still holds, stops
+//!   listening on every port (ending the requests the engine never reported) and refuses
 //!   the connection requests it never answered, as the kernel's close of its rdma_cm
 //!   descriptor does, so the peers learn at once (`atexit`, bounded;
 //!   `cm::refuse_requests_at_exit`, `verbs::close_at_exit`).

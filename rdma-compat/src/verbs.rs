@@ -2323,9 +2323,10 @@ const EXIT_LINGER: Duration = Duration::from_millis(50);
 /// Nothing is freed (application threads still run during `atexit`): QPs, their
 /// connections' events and the memory registrations stay as they are, and the events the
 /// closes raise reach the ids' channels as any would. `ctx` runs caller-driven cores
-/// meanwhile (`Context::progress`). `refused`: connection requests were just refused
-/// (`cm::refuse_requests_at_exit`), whose answers need [`EXIT_LINGER`] to leave even
-/// when no connection is open.
+/// meanwhile (`Context::progress`). `refused`: connection requests were just refused or
+/// listeners unlistened (`cm::refuse_requests_at_exit`), whose answers (MPA Replies with
+/// R = 1, RSTs, and the dispatcher's refusals of requests reported meanwhile) need
+/// [`EXIT_LINGER`] to leave even when no connection is open.
 pub(crate) fn close_at_exit(ctx: &wv::Context, refused: bool) {
     use wv::QpState as S;
     let live = live_qps();

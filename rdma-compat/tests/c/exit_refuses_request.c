@@ -30,13 +30,6 @@ static const char *contract_name = "exit_refuses_request";
 /* Within how many milliseconds of the client's rdma_connect the server's exit must show. */
 #define WITHIN_MS 2000
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 static int client(const char *a, const char *p)
 {
 	int port = contract_port(p);
@@ -47,15 +40,15 @@ static int client(const char *a, const char *p)
 	for (int k = 0; k < 2; k++)
 		ids[k] = contract_active(ec, a, port + k, 5000);
 	struct rdma_conn_param cp = contract_conn_param(1, 1, NULL, 0);
-	double t0 = now_ms();
+	double t0 = contract_now_ms();
 	for (int k = 0; k < 2; k++)
 		if (rdma_connect(ids[k], &cp))
 			DIE("rdma_connect: %s", strerror(errno));
 	int seen[2] = { 0, 0 };
 	for (int n = 0; n < 2; n++) {
-		int left = WITHIN_MS + 1000 - (int)(now_ms() - t0);
+		int left = WITHIN_MS + 1000 - (int)(contract_now_ms() - t0);
 		struct rdma_cm_event *ev = contract_next_event(ec, left > 0 ? left : 0);
-		double dt = now_ms() - t0;
+		double dt = contract_now_ms() - t0;
 		if (!ev)
 			break;
 		int k = ev->id == ids[1];
