@@ -130,11 +130,14 @@ cjobs_max=${WARPCORE_CONTRACT_JOBS:-4}
 cjob_pids=() cjob_names=()
 declare -A cjob_running=()
 cjob() {
-    local name=$2 done_pid
+    local name=$2 done_pid p
     while ((${#cjob_running[@]} >= cjobs_max)); do
         done_pid=
-        wait -n -p done_pid "${!cjob_running[@]}" || true
+        wait -n -p done_pid "${!cjob_running[@]}" 2>/dev/null || true
         [[ -n $done_pid ]] && unset "cjob_running[$done_pid]"
+        # A job whose end the shell took before this wait is not reported by it (wait
+        # then returns 127 at once): what no longer runs is done as well.
+        for p in "${!cjob_running[@]}"; do kill -0 "$p" 2>/dev/null || unset "cjob_running[$p]"; done
     done
     mkdir -p "$work/c.$name"
     if [[ -x $work/$name ]]; then ln -f "$work/$name" "$work/c.$name/$name"; fi
@@ -152,7 +155,8 @@ contracts_wait() {
     wait "${cjob_pids[@]}" 2>/dev/null
     for i in "${!cjob_names[@]}"; do
         out=$work/c.${cjob_names[i]}/out
-        grep -v '^TALLY ' "$out"
+        # (Its own tally line, of this contract alone, gives way to the one below.)
+        grep -v -E '^TALLY |^[0-9]+ passed, [0-9]+ failed$' "$out"
         n=$(sed -n 's/^TALLY \([0-9]*\)$/\1/p' "$out")
         if [[ -z $n ]] || grep -q '^FAIL ' "$out"; then
             # Its FAIL line and its logs are printed above (tally.sh's bad, in the subshell).
