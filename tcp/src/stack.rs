@@ -148,7 +148,9 @@ pub struct TcpTuning {
     pub congestion: Congestion,
     /// Lower bound of the retransmission timeout (RFC 6298 2.4 allows a floor; Warpcore's
     /// TCP only: smoltcp's is fixed at one second), at most the ceiling [`RTO_MAX`] and at
-    /// most `rto_initial`. See `docs/net.md` for the default.
+    /// most `rto_initial`. Applied as Linux's `tcp_rto_min`, to the variance term: RTO =
+    /// SRTT + max(4 RTTVAR, `rto_min`), so the least margin above SRTT. See `docs/net.md`
+    /// for the default.
     pub rto_min: Duration,
     /// Retransmission timeout before the first RTT sample (RFC 6298 2.1; Warpcore's TCP
     /// only): longer than zero, at least `rto_min` and at most the ceiling [`RTO_MAX`].

@@ -116,7 +116,7 @@ fn rfc9293_3_8_6_a_window_shrunk_to_zero_is_probed_with_one_segment() {
             _ => per_expiry.push((t, o.payload.len(), o.seq)),
         }
     }
-    // Backed off (5 ms floor): 7, 17, 37, 77, 157 ms.
+    // Backed off (RTT 1 ms + the 5 ms floor): 8, 20, 44, 92, 188 ms.
     assert!(per_expiry.len() >= 4, "{per_expiry:?}");
     for (t, n, seq) in &per_expiry {
         assert!(

@@ -3,8 +3,10 @@
 //! the window allows, and runs the timers this module schedules.
 //!
 //! * RTT in microseconds (RFC 6298 2): samples from timestamp echoes (RFC 7323 4.1) or from
-//!   segments never retransmitted (Karn), SRTT/RTTVAR, RTO = SRTT + max(G, 4 RTTVAR) with a
-//!   configurable floor and ceiling, exponential backoff (RFC 6298 5.5).
+//!   segments never retransmitted (Karn), SRTT/RTTVAR, RTO = SRTT + max(G, 4 RTTVAR, floor)
+//!   (the configurable floor on the variance term, as Linux's `tcp_rto_min`: at least that
+//!   margin above SRTT, which a decayed RTTVAR on a steady path would otherwise not leave),
+//!   capped by the configurable ceiling, exponential backoff (RFC 6298 5.5).
 //! * A scoreboard of the segments outstanding, in sequence order (RFC 6675's notions: SACKed,
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
@@ -51,8 +53,8 @@
 //!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
 //!   older than the retransmission, the original segments arrived; the congestion state
 //!   before the RTO comes back, the RTO's backoff is dropped and the segments the RTO marked
-//!   lost are not resent. With a 5 ms RTO floor a descheduled peer or a loaded host can
-//!   delay ACKs past the RTO; without the undo each such delay costs slow start from one
+//!   lost are not resent. With an RTO only 5 ms (its floor) above SRTT a descheduled peer or
+//!   a loaded host can delay ACKs past it; without the undo each such delay costs slow start from one
 //!   segment.
 //! * D-SACKs (RFC 2883, [`Recovery::on_dsack`]) widen RACK's reordering window (RFC 8985
 //!   6.2 step 4), and once they have covered every retransmission of a recovery episode,
@@ -77,7 +79,9 @@ pub enum Congestion {
 /// Configuration of a connection's recovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoveryConfig {
-    /// Floor of the RTO (RFC 6298 2.4). See `docs/decisions/0002-own-tcp.md`: 5 ms.
+    /// Floor of the RTO (RFC 6298 2.4), applied as Linux applies its `tcp_rto_min`: to the
+    /// variance term, RTO = SRTT + max(4 RTTVAR, `rto_min`), the least margin above SRTT.
+    /// See `docs/decisions/0002-own-tcp.md`: 5 ms.
     pub rto_min: Duration,
     /// Ceiling of the RTO (RFC 6298 2.5: at least 60 s).
     pub rto_max: Duration,
@@ -684,7 +688,12 @@ impl Recovery {
     pub fn new(cfg: &RecoveryConfig, smss: usize, _now: Instant) -> Self {
         let smss = smss.max(1);
         Recovery {
-            cfg: *cfg,
+            // The RTO's floor is its least margin above SRTT (`sample_rtt`), never below
+            // RFC 6298 2.3's clock granularity G, 1 us.
+            cfg: RecoveryConfig {
+                rto_min: cfg.rto_min.max(Duration::from_micros(1)),
+                ..*cfg
+            },
             smss,
             segs: VecDeque::new(),
             tally: Tally::default(),
@@ -1279,8 +1288,15 @@ impl Recovery {
         }
         self.min_rtt.update(now, r);
         let srtt = self.srtt.unwrap_or(r);
-        let var = (self.rttvar * 4).max(Duration::from_micros(1));
-        self.rto = (srtt + var).max(self.cfg.rto_min).min(self.cfg.rto_max);
+        // RFC 6298 2.3's max(G, K * RTTVAR), with the floor (2.4; `Recovery::new` keeps it
+        // at least G) as the least margin above SRTT, as Linux keeps `rttvar_us` at least
+        // `tcp_rto_min_us` (`tcp_rtt_estimator`, the first sample too), not as the least RTO:
+        // on a steady path RTTVAR decays towards nothing, and a floor below SRTT left the RTO
+        // at about SRTT, so a late ACK (a kernel peer's delayed ACK, a descheduled peer, a
+        // loaded host) drew a spurious RTO. Test:
+        // `rfc6298_2_3_the_rto_floor_is_a_margin_above_srtt_on_a_steady_path`.
+        let var = (self.rttvar * 4).max(self.cfg.rto_min);
+        self.rto = (srtt + var).min(self.cfg.rto_max);
     }
 
     /// An ACK arrived (see the module documentation). `ack` is the new SND.UNA.
@@ -2571,9 +2587,9 @@ impl Recovery {
             // expiry). Here the three run side by side: an RTO due while a reordering
             // window is open waits for it, and is restarted from the reordering timer's
             // expiry, when RACK has marked what it finds lost (below) and that goes out.
-            // Without this, where RTTVAR had decayed on a steady path and the RTO (its
-            // floor, 5 ms, below SRTT) came to about SRTT, a flight's RTO started with its
-            // first segment expired before RACK.rtt + min_RTT / 4 had passed for a
+            // Without this, where RTTVAR had decayed on a steady path and the RTO came to
+            // SRTT + its floor (5 ms) and min_RTT / 4 exceeded the floor, a flight's RTO
+            // started with its first segment expired before RACK.rtt + min_RTT / 4 had passed for a
             // segment the network merely reordered: a spurious RTO where RACK would have
             // waited (a tie, the two due at once, goes to RACK too). The timer only moves
             // later while RACK has a segment to judge, which ends once its deadline has
@@ -2670,7 +2686,7 @@ impl Recovery {
             // RFC 8985 7.3: after attempting a loss probe, sent or not, the RTO timer is
             // re-armed (Linux's `tcp_rearm_rto` in `tcp_send_loss_probe`). Left where the
             // first transmission put it, it could fire a fraction of a round trip after
-            // the probe (PTO 2 SRTT close to the RTO floor), before the probe's ACK: a
+            // the probe (PTO 2 SRTT close to the RTO), before the probe's ACK: a
             // spurious timeout. Test: `rfc8985_7_3_the_rto_is_rearmed_after_a_loss_probe`.
             self.rto_at = Some(now + self.rto);
             return TimeoutAction::Probe;

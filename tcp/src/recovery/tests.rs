@@ -61,8 +61,9 @@ fn rfc6298_2_2_first_sample_sets_srtt_and_rttvar_and_the_floor_applies() {
     assert_eq!(r.srtt(), Some(Duration::from_micros(800)));
     let s = r.stats();
     assert_eq!(s.rttvar_us, 400);
-    // 800 + 4 * 400 = 2.4 ms, below the 5 ms floor (RFC 6298 2.4).
-    assert_eq!(r.rto(), Duration::from_millis(5));
+    // 4 * 400 = 1.6 ms, below the 5 ms floor (RFC 6298 2.4), which is the least margin
+    // above SRTT (as Linux's `rttvar_us` >= `tcp_rto_min_us`): 800 us + 5 ms.
+    assert_eq!(r.rto(), Duration::from_micros(5_800));
 }
 
 #[test]
@@ -185,8 +186,9 @@ fn rfc3522_and_rfc4015_an_ack_echoing_the_original_transmission_undoes_the_rto()
     // The congestion window of before the RTO (ten segments, plus growth), not one segment,
     // the RTO's backoff gone, and nothing more to resend: the rest were never lost.
     assert!(r.cwnd() >= 10_000, "cwnd {}", r.cwnd());
-    // (The late echo is an RTT sample of its own: the RTO follows it, not the backoff's 10 ms.)
-    assert!(r.rto() < Duration::from_millis(10), "rto {:?}", r.rto());
+    // (The late echo is an RTT sample of its own: the RTO follows it, not the backoff's 12 ms,
+    // twice 1 ms + the 5 ms floor.)
+    assert!(r.rto() < Duration::from_millis(12), "rto {:?}", r.rto());
     assert_eq!(r.backoffs(), 0);
     assert_eq!(r.next_retransmit(), None);
     assert_eq!(r.in_flight(), 5000);
@@ -434,12 +436,12 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     // The probe: the last segment again.
     r.on_sent(pto, S + 3000, 1000, true);
     r.probe_sent(true);
-    // Nothing answers: the next deadline is the RTO (5 ms floor), re-armed at the probe
-    // (RFC 8985 7.3), and it retransmits.
+    // Nothing answers: the next deadline is the RTO (SRTT 1 ms + the 5 ms floor), re-armed
+    // at the probe (RFC 8985 7.3), and it retransmits.
     let next = r.poll_timeout().unwrap();
     assert_eq!(
         next,
-        pto + Duration::from_millis(5),
+        pto + Duration::from_millis(6),
         "no second probe before the RTO"
     );
     assert_eq!(r.handle_timeout(next), TimeoutAction::Retransmit);
@@ -1324,16 +1326,16 @@ fn rfc3708_a_retransmission_after_the_d_sacks_keeps_the_reduction() {
 
 /// RFC 8985 7.3: after attempting a loss probe the sender MUST re-arm the RTO timer (from
 /// the probe, as Linux's `tcp_send_loss_probe` does with `tcp_rearm_rto`). With an SRTT of
-/// 2.4 ms the PTO (4.8 ms) came 0.2 ms before the RTO (its 5 ms floor, armed at the first
-/// transmission), so the RTO fired long before the probe's ACK could come back: a spurious
-/// timeout, cwnd down to one segment and the whole flight marked lost, whenever a tail was
-/// probed.
+/// 2.4 ms the PTO (4.8 ms) came 0.2 ms before the RTO (its 5 ms floor then, armed at the
+/// first transmission; 2.6 ms before it with the floor a margin above SRTT, 7.4 ms), so the
+/// RTO fired before the probe's ACK could come back: a spurious timeout, cwnd down to one
+/// segment and the whole flight marked lost, whenever a tail was probed.
 #[test]
 fn rfc8985_7_3_the_rto_is_rearmed_after_a_loss_probe() {
     let mut r = rec(Congestion::Cubic);
     let mut t = 0;
     let mut seq = S;
-    // Steady 2.4 ms samples: SRTT 2.4 ms, RTTVAR small, RTO at its 5 ms floor.
+    // Steady 2.4 ms samples: SRTT 2.4 ms, RTTVAR small, RTO SRTT + the 5 ms floor.
     for _ in 0..10 {
         r.on_sent(us(t), seq, 1000, false);
         seq += 1000;
@@ -1341,7 +1343,7 @@ fn rfc8985_7_3_the_rto_is_rearmed_after_a_loss_probe() {
         r.on_ack(us(t), seq, &[], None);
     }
     assert_eq!(r.srtt(), Some(Duration::from_micros(2_400)));
-    assert_eq!(r.rto(), Duration::from_millis(5));
+    assert_eq!(r.rto(), Duration::from_micros(7_400));
     // A flight of three segments, the tail lost.
     for _ in 0..3 {
         r.on_sent(us(t), seq, 1000, false);
@@ -2192,27 +2194,27 @@ fn rfc8985_6_2_a_segment_of_the_same_burst_below_does_not_lower_rack_end_seq() {
 
 /// RFC 6298 3 and the note after 5.7 (Karn's algorithm, [KP87]): the backed-off RTO stays
 /// until a valid RTT measurement "collapses" it (Linux: "only reset backoff on valid RTT
-/// measurement"). Without timestamps the RTT grows from 1 ms to 8 ms: the RTO (5 ms)
-/// fires and backs off to 10 ms; the ACK of the retransmitted segment gives no sample.
-/// It collapsed the RTO to 5 ms anyway, so every flight resent by the RTO (whose ACKs, all
-/// covering retransmissions, never give a sample) drew another spurious RTO at 5 ms.
+/// measurement"). Without timestamps the RTT grows from 1 ms to 8 ms: the RTO (1 ms + the
+/// 5 ms floor) fires and backs off to 12 ms; the ACK of the retransmitted segment gives no
+/// sample. It collapsed the RTO to 6 ms anyway, so every flight resent by the RTO (whose
+/// ACKs, all covering retransmissions, never give a sample) drew another spurious RTO.
 #[test]
 fn rfc6298_3_karn_keeps_the_backed_off_rto_until_a_valid_sample() {
     let mut r = rec(Congestion::NewReno);
     r.on_sent(us(0), S, 1000, false);
     r.on_ack(us(1_000), S + 1000, &[], None);
-    assert_eq!(r.rto(), Duration::from_millis(5));
+    assert_eq!(r.rto(), Duration::from_millis(6));
     r.on_sent(us(2_000), S + 1000, 1000, false);
     r.on_sent(us(2_000), S + 2000, 1000, false);
     let rto_at = fire_rto(&mut r);
-    assert_eq!(r.rto(), Duration::from_millis(10));
+    assert_eq!(r.rto(), Duration::from_millis(12));
     r.on_sent(rto_at, S + 1000, 1000, true);
     // The ACK of the (first) retransmitted segment, 8 ms after it first left: no sample.
     let o = r.on_ack(us(10_000), S + 2000, &[], None);
     assert_eq!(o.rtt_sample, None);
     assert_eq!(
         r.rto(),
-        Duration::from_millis(10),
+        Duration::from_millis(12),
         "backoff dropped without a sample"
     );
     // A segment sent once and acknowledged is a valid sample: the RTO follows it.
@@ -2221,7 +2223,7 @@ fn rfc6298_3_karn_keeps_the_backed_off_rto_until_a_valid_sample() {
     r.on_ack(us(18_000), S + 3000, &[], None);
     r.on_ack(us(18_100), S + 4000, &[], None);
     assert!(r.srtt().is_some_and(|s| s > Duration::from_millis(1)));
-    assert_ne!(r.rto(), Duration::from_millis(10));
+    assert_ne!(r.rto(), Duration::from_millis(12));
 }
 
 /// What a connection sends after an ACK: the retransmissions the window allows, then new
@@ -2792,38 +2794,116 @@ fn a_partial_ack_leaves_no_duplicate_ack_credit_beyond_what_is_outstanding() {
 /// RFC 8985 8: the reordering timer, the PTO and the RTO "are mutually exclusive": "when
 /// arming a RACK reordering timer or TLP PTO timer, the sender SHOULD cancel any other
 /// pending timers" (Linux's reordering timer takes the RTO's place, and the RTO is armed
-/// again when it expires). On a steady path RTTVAR decays towards nothing and, with the
-/// 5 ms floor below SRTT, the RTO comes to about SRTT (RFC 6298 2.3); a flight's RTO
-/// timer started with its first segment then expired before RACK's reordering window
+/// again when it expires). On a steady path RTTVAR decays towards nothing and the RTO comes
+/// to SRTT + the 5 ms floor (RFC 6298 2.3; about SRTT before the floor became a margin
+/// above it); where min_RTT / 4 exceeds the floor (SRTT above 20 ms) a flight's RTO timer
+/// started with its first segment then expired before RACK's reordering window
 /// (RACK.rtt + min_RTT / 4 from the segment's transmission) for a segment that the network
 /// merely reordered: a spurious RTO (cwnd one segment, the flight resent) where RACK would
 /// have waited for it.
 #[test]
 fn the_rto_waits_for_a_pending_reorder_timer() {
     let mut r = rec(Congestion::Cubic);
-    // A steady 20 ms path: one segment every 30 ms, each acknowledged 20 ms later.
+    // A steady 40 ms path: one segment every 60 ms, each acknowledged 40 ms later.
     let mut seq = S;
     for i in 0..20 {
+        let t = i * 60_000;
+        r.on_sent(us(t), seq, 1000, false);
+        seq += 1000;
+        r.on_ack(us(t + 40_000), seq, &[], None);
+    }
+    let t0 = 20 * 60_000;
+    assert!(r.rto() < Duration::from_micros(45_500), "RTO {:?}", r.rto());
+    // Two segments, A and B; B's SACK comes after 40 ms, A (reordered) 7 ms later, after
+    // the RTO (45 ms) and within RACK's window.
+    r.on_sent(us(t0), seq, 1000, false);
+    r.on_sent(us(t0), seq + 1000, 1000, false);
+    let o = r.on_ack(us(t0 + 40_000), seq, &[(seq + 1000, seq + 2000)], None);
+    assert_eq!(o.lost_marked, 0);
+    // A's reordering window: 40 ms + 40 ms / 4.
+    assert_eq!(r.reorder_at, Some(us(t0 + 50_000)));
+    while let Some(at) = r.poll_timeout().filter(|&at| at < us(t0 + 47_000)) {
+        assert_eq!(r.handle_timeout(at), TimeoutAction::None, "at {at}");
+    }
+    let o = r.on_ack(us(t0 + 47_000), seq + 2000, &[], None);
+    assert_eq!(o.newly_acked, 2000);
+    assert_eq!(r.stats().rto_count, 0);
+    assert_eq!(r.stats().retransmitted_segments, 0);
+    assert_eq!(r.cwnd(), 10_000);
+}
+
+/// RFC 6298 2.3 and 2.4, as Linux applies its floor (`tcp_rtt_estimator`: RTTVAR's term,
+/// `rttvar_us`, is kept at least `tcp_rto_min_us`, so RTO = SRTT + max(4 RTTVAR, floor)).
+/// On a steady 20 ms path RTTVAR decays towards nothing; with the 5 ms floor applied to the
+/// whole RTO (max(SRTT + 4 RTTVAR, 5 ms)) the RTO came to about SRTT, and an ACK 5 % late
+/// (a kernel peer's delayed ACK, a descheduled peer, a loaded host) drew a spurious RTO:
+/// cwnd cut to one segment, the segment resent. The floor is the least margin above SRTT.
+#[test]
+fn rfc6298_2_3_the_rto_floor_is_a_margin_above_srtt_on_a_steady_path() {
+    let mut r = rec(Congestion::Cubic);
+    // A steady 20 ms path: one segment every 30 ms, each acknowledged 20 ms later.
+    let mut seq = S;
+    for i in 0..40 {
         let t = i * 30_000;
         r.on_sent(us(t), seq, 1000, false);
         seq += 1000;
         r.on_ack(us(t + 20_000), seq, &[], None);
     }
-    let t0 = 20 * 30_000;
-    assert!(r.rto() < Duration::from_micros(20_500), "RTO {:?}", r.rto());
-    // Two segments, A and B; B's SACK comes after 20 ms, A (reordered) 2 ms later.
+    assert_eq!(r.srtt(), Some(Duration::from_millis(20)));
+    assert!(r.stats().rttvar_us < 100, "RTTVAR decayed: {:?}", r.stats());
+    // RTO = SRTT + max(4 RTTVAR, 5 ms) = 25 ms (was about SRTT, 20 ms).
+    assert_eq!(r.rto(), Duration::from_millis(25));
+    // One more segment, its ACK 1.05 SRTT later: no RTO meanwhile.
+    let t0 = 40 * 30_000;
     r.on_sent(us(t0), seq, 1000, false);
-    r.on_sent(us(t0), seq + 1000, 1000, false);
-    let o = r.on_ack(us(t0 + 20_000), seq, &[(seq + 1000, seq + 2000)], None);
-    assert_eq!(o.lost_marked, 0);
-    // A's reordering window: 20 ms + 20 ms / 4.
-    assert_eq!(r.reorder_at, Some(us(t0 + 25_000)));
-    while let Some(at) = r.poll_timeout().filter(|&at| at < us(t0 + 22_000)) {
-        assert_eq!(r.handle_timeout(at), TimeoutAction::None, "at {at}");
+    let late = us(t0 + 21_000);
+    while let Some(at) = r.poll_timeout().filter(|&at| at < late) {
+        r.handle_timeout(at);
     }
-    let o = r.on_ack(us(t0 + 22_000), seq + 2000, &[], None);
-    assert_eq!(o.newly_acked, 2000);
+    let o = r.on_ack(late, seq + 1000, &[], None);
+    assert_eq!(o.newly_acked, 1000);
     assert_eq!(r.stats().rto_count, 0);
     assert_eq!(r.stats().retransmitted_segments, 0);
     assert_eq!(r.cwnd(), 10_000);
+}
+
+/// The floor applies to the first sample's RTO too (Linux: `rttvar_us = max(mdev_us,
+/// tcp_rto_min_us)` at the first measurement): RTO = R + max(2 R, floor), capped by the
+/// ceiling (RFC 6298 2.5).
+#[test]
+fn rfc6298_2_3_the_rto_floor_applies_to_the_first_sample_and_the_ceiling_caps_it() {
+    let mut r = Recovery::new(
+        &RecoveryConfig {
+            rto_min: Duration::from_millis(5),
+            rto_max: Duration::from_millis(30),
+            ..RecoveryConfig::default()
+        },
+        1000,
+        us(0),
+    );
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    // 1 ms + max(4 x 0.5 ms, 5 ms) = 6 ms (was the floor, 5 ms).
+    assert_eq!(r.rto(), Duration::from_millis(6));
+    r.on_sent(us(1_000), S + 1000, 1000, false);
+    r.on_ack(us(1_000 + 100_000), S + 2000, &[], None);
+    assert_eq!(r.rto(), Duration::from_millis(30));
+    // A zero floor leaves RFC 6298's G (1 us) as the least margin.
+    let mut r = Recovery::new(
+        &RecoveryConfig {
+            rto_min: Duration::ZERO,
+            ..RecoveryConfig::default()
+        },
+        1000,
+        us(0),
+    );
+    let mut seq = S;
+    for i in 0..200 {
+        let t = i * 100;
+        r.on_sent(us(t), seq, 1000, false);
+        seq += 1000;
+        r.on_ack(us(t + 50), seq, &[], None);
+    }
+    assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
+    assert_eq!(r.rto(), Duration::from_micros(51));
 }
