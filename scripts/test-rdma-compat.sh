@@ -64,8 +64,17 @@ sock=$work/memif.sock
 # shellcheck source=scripts/lib/bg-end.sh
 source scripts/lib/bg-end.sh # bg_kill_all, for the EXIT trap
 pids=()
+declare -A cjob_running=() # the contracts running (cjob), for cleanup
 cleanup() {
     bg_kill_all
+    # The contracts still running (cjob): each subshell's own servers and clients are not in
+    # this shell's pids, and a subshell runs no EXIT trap. Their children are `timeout`s,
+    # which pass the TERM to what they run.
+    local p
+    for p in "${!cjob_running[@]}"; do
+        pkill -TERM -P "$p" 2>/dev/null
+        kill "$p" 2>/dev/null
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -128,7 +137,6 @@ contract_pair() {
 # Each pair has a port and a memif socket of its own, and with-warpcore a DPDK file prefix.
 cjobs_max=${WARPCORE_CONTRACT_JOBS:-4}
 cjob_pids=() cjob_names=()
-declare -A cjob_running=()
 cjob() {
     local name=$2 done_pid p
     while ((${#cjob_running[@]} >= cjobs_max)); do

@@ -851,8 +851,13 @@ impl Recovery {
     /// Test: `a_partial_ack_leaves_no_duplicate_ack_credit_beyond_what_is_outstanding`.
     #[cold]
     fn limit_dup_sacked(&mut self) {
-        let most = self.tally.pipe - self.in_flight_floor().min(self.tally.pipe);
-        self.dup_sacked = self.dup_sacked.min(most);
+        self.dup_sacked = self.dup_sacked.min(self.dup_sacked_most());
+    }
+
+    /// The most the duplicate ACKs' estimate (`dup_sacked`) may count: what is outstanding
+    /// and not lost, less the least [`Self::in_flight`] counts (`in_flight_floor`).
+    fn dup_sacked_most(&self) -> usize {
+        self.tally.pipe - self.in_flight_floor().min(self.tally.pipe)
     }
 
     /// The least [`Self::in_flight`] counts, whatever the duplicate ACKs (without SACK):
@@ -1745,7 +1750,7 @@ impl Recovery {
                 // from the pipe, so that once the RTO's losses were resent new data went
                 // out without bound. Test:
                 // `duplicate_acks_after_an_rto_take_out_no_more_than_was_outstanding`.
-                let most = self.tally.pipe - self.in_flight_floor().min(self.tally.pipe);
+                let most = self.dup_sacked_most();
                 self.dup_sacked = (self.dup_sacked + self.smss).min(most.max(self.dup_sacked));
             }
             // RFC 6582 3.2 step 1: the third duplicate ACK starts a fast retransmit only
